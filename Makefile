@@ -1,0 +1,59 @@
+# engram-bench: `make bench` (main job), `make test` (test suite). Both set up .venv when missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+DEVICE ?= spark
+LEVELS ?=
+ROUNDS ?=
+MODE   ?=
+LABEL  ?=
+DB     ?= results/bench.duckdb
+URL    ?=
+MODEL  ?=
+API_KEY ?=
+QUICK  ?=
+RUN    ?=
+FORMAT ?= csv
+
+ifeq ($(QUICK),1)
+  LEVELS := 1,2
+  ROUNDS := 2
+endif
+
+BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
+  $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
+  $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
+  $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
+
+.PHONY: venv test lint bench bench-harness summary export clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/engram-bench run $(BENCH_FLAGS)
+
+bench-harness: $(STAMP)
+	$(BIN)/python benchmarks/harness_accuracy.py
+
+summary: $(STAMP)
+	$(BIN)/engram-bench summary $(if $(RUN),$(RUN),latest) --db $(DB)
+
+export: $(STAMP)
+	$(BIN)/engram-bench export $(if $(RUN),--run $(RUN)) --format $(FORMAT) --db $(DB)
+
+clean:
+	rm -rf $(VENV) results/exports results/logs

@@ -1,0 +1,230 @@
+"""`engram-bench` (also `python -m harness`): run, summary, capacity, export, devices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from harness import aio
+from harness.config import DEFAULT_LEVELS, MODES, ConfigError, RunConfig, parse_levels
+from harness.endpoint import API_PATHS, Endpoint, EndpointError
+from harness.metrics import STATISTICS, Targets, stats_by_level
+from harness.report import (
+    CapacityCSVError,
+    capacity_object,
+    print_capacity,
+    print_summary,
+    read_level_csv,
+    summarise,
+)
+from harness.store import DEFAULT_DB, Store, StoreError
+from harness.target import TargetError
+from runners.profiles import PROFILES, UnknownDevice, profile
+
+EXIT_USAGE = 2
+EXIT_ABORTED = 130
+
+
+class UserError(Exception):
+    """Anything the user can fix; printed as one sentence, exit 2."""
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return parse_levels(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return int(text)
+
+
+def _add_target_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tps-min", type=float, default=20.0, help="TPS per request target")
+    p.add_argument("--ttft-max-ms", type=float, default=1000.0, help="TTFT target in ms")
+    p.add_argument("--statistic", choices=STATISTICS, default="mean",
+                   help="mean, or pNN: TTFT at pNN and TPS at p(100-NN)")
+    p.add_argument("--chat-factor", type=float, default=4.0)
+    p.add_argument("--agentic-factor", type=float, default=1.5)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="engram-bench",
+        description="Concurrency sweeps of OpenAI-compatible servers, stored in DuckDB.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="sweep a server through concurrency levels")
+    run.add_argument("--url", help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    run.add_argument("--model", help="model name (default: the server's first model)")
+    run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    run.add_argument("--api", choices=tuple(API_PATHS), default="chat")
+    run.add_argument("--device", help=f"device profile or label: {', '.join(PROFILES)}")
+    run.add_argument("--placement", default="", help="table placement label of the target")
+    run.add_argument("--engine", default="", help="engine label (default: detected)")
+    run.add_argument("--levels", type=_levels, help="concurrency levels, e.g. 1,2,4,8")
+    run.add_argument("--rounds", type=_positive_int, default=10)
+    run.add_argument("--mode", choices=MODES, default="closed")
+    run.add_argument("--input-tokens", type=_positive_int, default=128)
+    run.add_argument("--output-tokens", type=_positive_int, default=128)
+    run.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    run.add_argument("--warmup", type=int, default=0, help="unstored requests before the sweep")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--label", default="")
+    run.add_argument("--db", type=Path, default=DEFAULT_DB)
+    run.add_argument("--resume", metavar="RUN_ID", help="run only the missing rounds of a run")
+    run.add_argument("--no-progress", action="store_true")
+    _add_target_flags(run)
+
+    summary = sub.add_parser("summary", help="per-level table, Max C and users of a run")
+    summary.add_argument("run_id", nargs="?", default="latest")
+    summary.add_argument("--db", type=Path, default=DEFAULT_DB)
+    _add_target_flags(summary)
+
+    cap = sub.add_parser("capacity", help="apply the capacity rules to a per-level CSV")
+    cap.add_argument("--csv", type=Path, required=True,
+                     help="columns run, concurrency, mean_ttft_ms, mean_tps [, errors]")
+    _add_target_flags(cap)
+
+    export = sub.add_parser("export", help="write per-level and per-request files")
+    export.add_argument("--run", dest="run_id", help="one run id or 'latest' (default: all)")
+    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    export.add_argument("--out", type=Path, default=Path("results/exports"))
+    export.add_argument("--db", type=Path, default=DEFAULT_DB)
+
+    sub.add_parser("devices", help="list the device profiles")
+    return parser
+
+
+def _targets(args: argparse.Namespace) -> Targets:
+    try:
+        return Targets(args.tps_min, args.ttft_max_ms, args.statistic, args.chat_factor,
+                       args.agentic_factor)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str | None]:
+    """A new run's config from flags, or a resumed run's stored config (URL may change)."""
+    if args.resume:
+        run = store.run(args.resume)
+        if run["status"] == "complete":
+            raise UserError(f"run {run['run_id']} is already complete; nothing to resume")
+        stored = json.loads(run["config"])
+        stored.pop("prompt_words", None)
+        stored["levels"] = tuple(stored["levels"])
+        if args.url:
+            stored["url"] = args.url
+        return RunConfig(**stored), run["run_id"]
+    if not args.url:
+        if args.device:
+            profile(args.device)
+            raise UserError(
+                "the bundled Engram server is not available yet: pass --url of an "
+                "OpenAI-compatible server (--device then only labels the run)"
+            )
+        raise UserError("give --url of an OpenAI-compatible server, e.g. "
+                        "--url http://127.0.0.1:8000/v1")
+    placement = args.placement
+    if args.device in PROFILES and not placement:
+        placement = ""
+    config = RunConfig(
+        url=args.url, model=args.model or "", api=args.api,
+        levels=args.levels or DEFAULT_LEVELS, rounds=args.rounds, mode=args.mode,
+        input_tokens=args.input_tokens, output_tokens=args.output_tokens,
+        timeout_s=args.timeout, warmup=args.warmup, seed=args.seed, label=args.label,
+        device=args.device or "", engine=args.engine, table_placement=placement,
+    )
+    return config, None
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from harness.progress import LevelProgress
+    from harness.session import execute
+
+    targets = _targets(args)
+    store = Store(args.db)
+    store.initialise()
+    config, resume_id = _config_for(args, store)
+    endpoint = Endpoint(config.url, config.api, args.api_key)
+    progress = LevelProgress(enabled=not args.no_progress)
+    try:
+        result = aio.run(execute(config, endpoint, store, progress, resume_id))
+    except KeyboardInterrupt:
+        done = store.runs()[-1] if store.runs() else None
+        run_id = resume_id or (done["run_id"] if done else "?")
+        console.print(f"aborted: run {run_id} is marked aborted; its finished rounds are kept "
+                      f"(continue with --resume {run_id})", highlight=False)
+        return EXIT_ABORTED
+    return _show(store, result.run_id, targets, args.json, console)
+
+
+def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: Console) -> int:
+    run = store.run(run_id)
+    records = store.requests(run["run_id"])
+    summary = summarise(run, stats_by_level(records, run["output_tokens"]), records, targets)
+    if as_json:
+        print(json.dumps(summary, default=str))
+    else:
+        print_summary(summary, console)
+    return 0
+
+
+def cmd_summary(args: argparse.Namespace, console: Console) -> int:
+    if not args.db.exists():
+        raise UserError(f"{args.db} does not exist yet: start a run with `make bench`")
+    return _show(Store(args.db), args.run_id, _targets(args), args.json, console)
+
+
+def cmd_capacity(args: argparse.Namespace, console: Console) -> int:
+    result = capacity_object(read_level_csv(args.csv), _targets(args))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_capacity(result, console)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    if not args.db.exists():
+        raise UserError(f"{args.db} does not exist yet: start a run with `make bench`")
+    for path in Store(args.db).export(args.out, args.run_id, args.format):
+        console.print(f"wrote {path}", highlight=False)
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace, console: Console) -> int:
+    for p in PROFILES.values():
+        levels = ",".join(map(str, p.default_levels))
+        console.print(f"{p.name:<13} table {p.table_placement:<6} "
+                      f"running {p.max_running_requests:<3} levels {levels:<20} {p.memory_design}",
+                      highlight=False)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "summary": cmd_summary, "capacity": cmd_capacity,
+            "export": cmd_export, "devices": cmd_devices}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    try:
+        return COMMANDS[args.command](args, console)
+    except (UserError, ConfigError, EndpointError, StoreError, TargetError, CapacityCSVError,
+            UnknownDevice) as exc:
+        print(f"engram-bench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("engram-bench: interrupted", file=sys.stderr)
+        return EXIT_ABORTED

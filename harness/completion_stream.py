@@ -1,0 +1,85 @@
+"""Interprets OpenAI streaming chunks (chat and completions) as they arrive.
+
+Rules from DESIGN.md: TTFT ends at the first delta carrying `content` or `reasoning_content`;
+output tokens come from `usage` when the server sends it, else from the count of content
+chunks (flagged as estimated, since one chunk may carry several tokens).
+"""
+
+from __future__ import annotations
+
+import json
+
+
+class StreamFault(Exception):
+    """The stream broke the protocol; `kind` is one of records.ERROR_KINDS."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class CompletionStream:
+    """State of one streamed completion, fed `(data payload, arrival ns)` pairs."""
+
+    __slots__ = (
+        "chunks",
+        "completion_tokens",
+        "finish_reason",
+        "first_ns",
+        "last_ns",
+        "max_gap_ns",
+        "prompt_tokens",
+        "saw_done",
+    )
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.first_ns = 0
+        self.last_ns = 0
+        self.max_gap_ns = 0
+        self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.saw_done = False
+
+    def add(self, payload: bytes, now_ns: int) -> None:
+        if payload == b"[DONE]":
+            self.saw_done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            raise StreamFault("malformed", f"event is not JSON: {payload[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise StreamFault("malformed", f"event is not an object: {payload[:80]!r}")
+        if "error" in obj and "choices" not in obj:
+            error = obj["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise StreamFault("stream_error", str(message)[:300])
+        usage = obj.get("usage")
+        if usage:
+            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+        choices = obj.get("choices")
+        if not choices:  # the final usage-only chunk has "choices": []
+            return
+        if not isinstance(choices, list):
+            raise StreamFault("malformed", f"choices is not a list: {payload[:80]!r}")
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta")
+        if delta is not None:
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+        else:
+            text = choice.get("text")
+        if not text:
+            return
+        if self.chunks == 0:
+            self.first_ns = now_ns
+        else:
+            gap = now_ns - self.last_ns
+            if gap > self.max_gap_ns:
+                self.max_gap_ns = gap
+        self.last_ns = now_ns
+        self.chunks += 1

@@ -1,0 +1,155 @@
+"""Incremental HTTP/1.1 response parser: status, headers, then body bytes as they arrive.
+
+Pure (no I/O) so the streaming client can feed it straight from `data_received` and the
+tests can feed it any split of the bytes a server might send.
+"""
+
+from __future__ import annotations
+
+
+class ProtocolError(ValueError):
+    """The peer sent bytes that are not a valid HTTP/1.1 response."""
+
+
+_HEAD_LIMIT = 64 * 1024
+
+
+class ResponseParser:
+    """Feed raw bytes; get body bytes back. `done` turns true when the response is complete."""
+
+    __slots__ = (
+        "_body_left",
+        "_buf",
+        "_chunk_left",
+        "_mode",
+        "_state",
+        "done",
+        "headers",
+        "keep_alive",
+        "status",
+    )
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._state = "head"  # head | body | chunk_size | chunk_data | chunk_crlf | trailer
+        self._mode = ""  # chunked | length | close
+        self._body_left = 0
+        self._chunk_left = 0
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.keep_alive = True
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Consume `data` and return the body bytes it completed (possibly empty)."""
+        if self._state == "body" and self._mode == "close":
+            return data
+        self._buf += data
+        out = bytearray()
+        while not self.done:
+            progressed = self._step(out)
+            if not progressed:
+                break
+        return bytes(out)
+
+    def feed_eof(self) -> None:
+        """The connection closed: only a close-delimited body may end this way."""
+        if self._state == "body" and self._mode == "close":
+            self.done = True
+            self.keep_alive = False
+
+    def _step(self, out: bytearray) -> bool:
+        buf = self._buf
+        state = self._state
+        if state == "head":
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > _HEAD_LIMIT:
+                    raise ProtocolError("response headers exceed 64 KiB")
+                return False
+            self._parse_head(bytes(buf[:end]))
+            del buf[: end + 4]
+            return True
+        if state == "body" and self._mode == "close":
+            out += buf
+            del buf[:]
+            return False
+        if state == "body":  # content-length
+            take = min(self._body_left, len(buf))
+            out += buf[:take]
+            del buf[:take]
+            self._body_left -= take
+            if self._body_left == 0:
+                self.done = True
+            return take > 0 or self.done
+        if state == "chunk_size":
+            end = buf.find(b"\r\n")
+            if end < 0:
+                if len(buf) > 1024:
+                    raise ProtocolError("chunk size line too long")
+                return False
+            size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
+            try:
+                self._chunk_left = int(size_text, 16)
+            except ValueError:
+                raise ProtocolError(f"bad chunk size {size_text[:20]!r}") from None
+            del buf[: end + 2]
+            self._state = "chunk_data" if self._chunk_left else "trailer"
+            return True
+        if state == "chunk_data":
+            if not buf:
+                return False
+            take = min(self._chunk_left, len(buf))
+            out += buf[:take]
+            del buf[:take]
+            self._chunk_left -= take
+            if self._chunk_left == 0:
+                self._state = "chunk_crlf"
+            return True
+        if state == "chunk_crlf":
+            if len(buf) < 2:
+                return False
+            if buf[:2] != b"\r\n":
+                raise ProtocolError("chunk not followed by CRLF")
+            del buf[:2]
+            self._state = "chunk_size"
+            return True
+        if state == "trailer":
+            end = buf.find(b"\r\n")
+            if end < 0:
+                return False
+            del buf[: end + 2]
+            if end == 0:
+                self.done = True
+            return True
+        return False
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+            raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:60]!r}")
+        try:
+            self.status = int(parts[1])
+        except ValueError:
+            raise ProtocolError(f"bad status code {parts[1][:10]!r}") from None
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                self.headers[name.strip().lower()] = value.strip()
+        connection = self.headers.get("connection", "").lower()
+        self.keep_alive = parts[0] == "HTTP/1.1" and connection != "close"
+        if self.status in (204, 304) or 100 <= self.status < 200:
+            self.done = True
+        elif "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self._mode, self._state = "chunked", "chunk_size"
+        elif "content-length" in self.headers:
+            try:
+                self._body_left = int(self.headers["content-length"])
+            except ValueError:
+                raise ProtocolError("bad content-length") from None
+            self._mode, self._state = "length", "body"
+            self.done = self._body_left == 0
+        else:
+            self._mode, self._state = "close", "body"
+            self.keep_alive = False

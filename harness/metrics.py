@@ -1,0 +1,200 @@
+"""Per-level statistics and capacity (Max C, users): the one place these rules live.
+
+Pure functions over plain values; the CLI, the store's `levels` view (mirrored in SQL and
+checked against this module by a test) and the explorer all follow them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from harness.records import RequestRecord
+
+STATISTICS = ("mean", "p50", "p90", "p99")
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default, DuckDB's quantile_cont)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(slots=True, frozen=True)
+class LevelStats:
+    """What one concurrency level measured, over its successful requests."""
+
+    concurrency: int
+    requests: int
+    errors: int
+    short_outputs: int
+    mean_ttft_ms: float | None
+    p50_ttft_ms: float | None
+    p90_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    mean_tps: float | None
+    p50_tps: float | None
+    p10_tps: float | None
+    p1_tps: float | None
+    mean_output_tokens: float | None
+    throughput_tps: float | None
+
+
+def level_stats(
+    concurrency: int, records: Sequence[RequestRecord], output_target: int
+) -> LevelStats:
+    """Statistics of one level. Throughput = successful output tokens / level wall time."""
+    good = [r for r in records if r.ok]
+    ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
+    tpss = [r.tps for r in good if r.tps is not None]
+    tokens = [r.output_tokens for r in good]
+    throughput = None
+    if good:
+        start = min(r.sent_at for r in records)
+        end = max(r.sent_at + (r.latency_ms or 0.0) / 1000 for r in records)
+        throughput = sum(tokens) / (end - start) if end > start else None
+    return LevelStats(
+        concurrency=concurrency,
+        requests=len(records),
+        errors=len(records) - len(good),
+        short_outputs=sum(1 for t in tokens if t < output_target),
+        mean_ttft_ms=_mean(ttfts),
+        p50_ttft_ms=quantile(ttfts, 0.5),
+        p90_ttft_ms=quantile(ttfts, 0.9),
+        p99_ttft_ms=quantile(ttfts, 0.99),
+        mean_tps=_mean(tpss),
+        p50_tps=quantile(tpss, 0.5),
+        p10_tps=quantile(tpss, 0.1),
+        p1_tps=quantile(tpss, 0.01),
+        mean_output_tokens=_mean(tokens),
+        throughput_tps=throughput,
+    )
+
+
+def stats_by_level(records: Iterable[RequestRecord], output_target: int) -> list[LevelStats]:
+    by_c: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        by_c.setdefault(r.concurrency, []).append(r)
+    return [level_stats(c, by_c[c], output_target) for c in sorted(by_c)]
+
+
+@dataclass(slots=True, frozen=True)
+class Targets:
+    """Service targets and user factors (defaults: DESIGN.md and the published explorer)."""
+
+    tps_min: float = 20.0
+    ttft_max_ms: float = 1000.0
+    statistic: str = "mean"
+    chat_factor: float = 4.0
+    agentic_factor: float = 1.5
+
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}")
+        if self.tps_min < 0 or self.ttft_max_ms <= 0:
+            raise ValueError("the TPS target must be >= 0 and the TTFT target > 0")
+        if self.chat_factor < 0 or self.agentic_factor < 0:
+            raise ValueError("user factors must be >= 0")
+
+
+@dataclass(slots=True, frozen=True)
+class LevelPoint:
+    """The figures capacity judges at one level; None means not measured or not published."""
+
+    concurrency: int
+    ttft_ms: float | None
+    tps: float | None
+    errors: int | None = 0
+
+
+def point(stats: LevelStats, statistic: str = "mean") -> LevelPoint:
+    """Pick the statistic: TTFT at the percentile, TPS at the mirrored low percentile."""
+    ttft, tps = {
+        "mean": (stats.mean_ttft_ms, stats.mean_tps),
+        "p50": (stats.p50_ttft_ms, stats.p50_tps),
+        "p90": (stats.p90_ttft_ms, stats.p10_tps),
+        "p99": (stats.p99_ttft_ms, stats.p1_tps),
+    }[statistic]
+    return LevelPoint(stats.concurrency, ttft, tps, stats.errors)
+
+
+@dataclass(slots=True, frozen=True)
+class LevelVerdict:
+    concurrency: int
+    ttft_ms: float | None
+    tps: float | None
+    passes: bool
+    reason: str  # why it fails, or "" when it passes
+
+
+@dataclass(slots=True, frozen=True)
+class Capacity:
+    max_c: int
+    chat_users: int
+    agentic_users: int
+    levels: list[LevelVerdict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def judge(p: LevelPoint, targets: Targets) -> LevelVerdict:
+    reasons = []
+    if p.ttft_ms is None or p.tps is None:
+        missing = [n for n, v in (("TTFT", p.ttft_ms), ("TPS", p.tps)) if v is None]
+        reasons.append(f"no {' or '.join(missing)} figure")
+    if p.errors:
+        reasons.append(f"{p.errors} failed request(s)")
+    if p.tps is not None and p.tps < targets.tps_min:
+        reasons.append(f"TPS {p.tps:.1f} < {targets.tps_min:g}")
+    if p.ttft_ms is not None and p.ttft_ms > targets.ttft_max_ms:
+        reasons.append(f"TTFT {p.ttft_ms:.0f} ms > {targets.ttft_max_ms:g} ms")
+    return LevelVerdict(p.concurrency, p.ttft_ms, p.tps, not reasons, "; ".join(reasons))
+
+
+def users(max_c: int, factor: float) -> int:
+    """floor(Max C x factor); the epsilon keeps 2 x 1.5 from flooring to 2 in binary."""
+    return math.floor(max_c * factor + 1e-9)
+
+
+def capacity(points: Iterable[LevelPoint], targets: Targets | None = None) -> Capacity:
+    """Max C = highest tested level that passes; a pass above a failure is warned about."""
+    targets = targets or Targets()
+    verdicts = [judge(p, targets) for p in sorted(points, key=lambda p: p.concurrency)]
+    passing = [v.concurrency for v in verdicts if v.passes]
+    max_c = max(passing, default=0)
+    warnings = [
+        f"C={v.concurrency} cannot be judged ({v.reason}), so it does not pass"
+        for v in verdicts
+        if v.reason.startswith("no ") and ";" not in v.reason
+    ]
+    tested = [v.concurrency for v in verdicts]
+    above = [c for c in tested if c > max_c]
+    if max_c and above and min(above) > 2 * max_c:
+        warnings.append(
+            f"Max C is a lower bound: no level between C={max_c} and C={min(above)} was tested"
+        )
+    failed_below = [v.concurrency for v in verdicts if not v.passes and v.concurrency < max_c]
+    if failed_below:
+        warnings.append(
+            f"C={max_c} passes although lower level(s) C={','.join(map(str, failed_below))} fail"
+        )
+    if not verdicts:
+        warnings.append("no levels to judge")
+    elif max_c == 0:
+        warnings.append("no level meets the targets")
+    return Capacity(
+        max_c=max_c,
+        chat_users=users(max_c, targets.chat_factor),
+        agentic_users=users(max_c, targets.agentic_factor),
+        levels=verdicts,
+        warnings=warnings,
+    )

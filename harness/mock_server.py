@@ -1,0 +1,351 @@
+"""A fake OpenAI-compatible streaming server for tests and the harness accuracy benchmark.
+
+Knobs: ttft_ms, itl_ms, tokens per chunk, output tokens, usage on/off, reasoning deltas,
+keep-alive comments, and faults (HTTP 500/429, drop mid-stream, malformed event, error event,
+stall). It logs, per request, when it read the body and when it wrote the first and last token
+(`time.perf_counter`, the same monotonic clock as the harness), served at GET /mock/timings.
+
+Run it alone: `python -m harness.mock_server --port 8100 --ttft-ms 150 --itl-ms 8`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from harness import aio
+
+FAULTS = ("none", "http_500", "http_429", "drop", "malformed", "stream_error", "stall")
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+@dataclass(slots=True, frozen=True)
+class MockConfig:
+    model: str = "mock-model"
+    ttft_ms: float = 20.0
+    itl_ms: float = 2.0
+    tokens_per_chunk: int = 1
+    output_tokens: int | None = None  # None: honour max_tokens
+    usage: bool = True
+    reasoning_tokens: int = 0  # the first N tokens arrive as reasoning_content
+    keepalive_comments: bool = False
+    fault: str = "none"
+    fault_every: int = 1  # the fault hits requests 1, 1+N, 1+2N, ... (1: every request)
+    fault_match: str = ""  # if set, only requests whose X-Request-Id contains it can fault
+    fault_after_chunks: int = 2  # drop / malformed / stream_error / stall after this many
+    stall_s: float = 3600.0
+    stats: bool = True  # serve GET /stats with counters
+
+    def __post_init__(self) -> None:
+        if self.fault not in FAULTS:
+            raise ValueError(f"fault {self.fault!r} is not one of {', '.join(FAULTS)}")
+        if self.tokens_per_chunk < 1 or self.fault_every < 1:
+            raise ValueError("tokens_per_chunk and fault_every must be at least 1")
+
+
+def count_prompt_tokens(texts: list[str]) -> int:
+    """A deterministic stand-in tokenizer: words and punctuation, plus template overhead."""
+    return sum(len(_WORD.findall(t)) + 4 for t in texts) + 3
+
+
+@dataclass(slots=True)
+class Timing:
+    request_id: str
+    body_read: float
+    first_write: float | None = None
+    last_write: float | None = None
+    tokens: int = 0
+
+
+class MockServer:
+    """The fake server; `config` may be replaced between requests (tests do)."""
+
+    def __init__(self, config: MockConfig | None = None) -> None:
+        self.config = config or MockConfig()
+        self.timings: collections.deque[Timing] = collections.deque(maxlen=200_000)
+        self.requests_seen = 0
+        self.faults_seen = 0  # requests that matched the fault filter
+        self.tokens_sent = 0
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self._server = await asyncio.start_server(self._serve_connection, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                method, path, headers = _parse_head(head)
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                keep = await self._dispatch(method, path, headers, body, writer)
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:  # shutdown; asyncio's stream callback chokes on re-raise
+            pass
+        finally:
+            writer.close()
+
+    async def _dispatch(
+        self, method: str, path: str, headers: dict[str, str], body: bytes, writer
+    ) -> bool:
+        route = path.split("?", 1)[0]
+        if method == "GET" and route == "/v1/models":
+            models = {"object": "list", "data": [
+                {"id": self.config.model, "object": "model", "owned_by": "mock"}]}
+            return _send_json(writer, 200, models)
+        if method == "GET" and route == "/health":
+            return _send_json(writer, 200, {"status": "ok"})
+        if method == "GET" and route == "/stats" and self.config.stats:
+            stats = {"requests": self.requests_seen, "tokens": self.tokens_sent}
+            return _send_json(writer, 200, stats)
+        if method == "GET" and route == "/mock/timings":
+            rows = [dataclasses.asdict(t) for t in self.timings]
+            if "clear=1" in path:
+                self.timings.clear()
+            return _send_json(writer, 200, rows)
+        if method == "POST" and route in ("/v1/chat/completions", "/v1/completions"):
+            body_read = time.perf_counter()
+            return await self._complete(route, headers, body, body_read, writer)
+        return _send_json(writer, 404, _error(f"no route {method} {route}", "not_found"))
+
+    async def _complete(self, route, headers, body, body_read, writer) -> bool:
+        cfg = self.config
+        self.requests_seen += 1
+        fault = "none"
+        if cfg.fault != "none" and cfg.fault_match in headers.get("x-request-id", ""):
+            self.faults_seen += 1
+            if (self.faults_seen - 1) % cfg.fault_every == 0:
+                fault = cfg.fault
+        try:
+            req = json.loads(body)
+        except ValueError:
+            return _send_json(writer, 400, _error("body is not valid JSON", "invalid_request"))
+        if req.get("model") != cfg.model:
+            return _send_json(writer, 404, _error(
+                f"The model `{req.get('model')}` does not exist.", "model_not_found"))
+        if fault == "http_500":
+            return _send_json(writer, 500, _error("injected failure", "server_error"))
+        if fault == "http_429":
+            return _send_json(writer, 429, _error("rate limited", "rate_limit"), retry=1)
+        chat = route.endswith("chat/completions")
+        texts = (
+            [str(m.get("content", "")) for m in req.get("messages", [])]
+            if chat else [str(req.get("prompt", ""))]
+        )
+        prompt_tokens = count_prompt_tokens(texts)
+        n_tokens = cfg.output_tokens or int(req.get("max_tokens") or 16)
+        timing = Timing(headers.get("x-request-id", ""), body_read)
+        self.timings.append(timing)
+        if not req.get("stream"):
+            await asyncio.sleep((cfg.ttft_ms + cfg.itl_ms * (n_tokens - 1)) / 1000)
+            timing.first_write = timing.last_write = time.perf_counter()
+            timing.tokens = n_tokens
+            return _send_json(writer, 200, _final_object(chat, cfg.model, n_tokens, prompt_tokens))
+        include_usage = cfg.usage and (req.get("stream_options") or {}).get("include_usage")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
+        frame = _ChunkFramer(chat, cfg.model)
+        if cfg.keepalive_comments:
+            writer.write(_chunk(b": ping\n\n"))
+        next_t = body_read + cfg.ttft_ms / 1000
+        chunk_s = cfg.itl_ms * cfg.tokens_per_chunk / 1000
+        sent = 0
+        n_chunks = 0
+        while sent < n_tokens:
+            if fault != "none" and n_chunks == cfg.fault_after_chunks:
+                return await self._inject(fault, writer, cfg)
+            delay = next_t - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if writer.is_closing():
+                return False
+            k = min(cfg.tokens_per_chunk, n_tokens - sent)
+            reasoning = sent < cfg.reasoning_tokens
+            writer.write(_chunk(frame.delta(" tok" * k, reasoning)))
+            now = time.perf_counter()
+            if timing.first_write is None:
+                timing.first_write = now
+                if cfg.keepalive_comments:
+                    writer.write(_chunk(b": keep-alive\n\n"))
+            timing.last_write = now
+            sent += k
+            n_chunks += 1
+            timing.tokens = sent
+            self.tokens_sent += k
+            next_t += chunk_s
+        writer.write(_chunk(frame.finish()))
+        if include_usage:
+            writer.write(_chunk(frame.usage(prompt_tokens, n_tokens)))
+        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async def _inject(self, fault: str, writer, cfg: MockConfig) -> bool:
+        if fault == "drop":
+            writer.transport.abort()
+        elif fault == "malformed":
+            writer.write(_chunk(b'data: {"choices": [ {"delta": \n\n'))
+            await writer.drain()
+            await asyncio.sleep(cfg.stall_s)
+        elif fault == "stream_error":
+            error = json.dumps(_error("injected mid-stream failure", "server_error"))
+            writer.write(_chunk(f"data: {error}\n\n".encode()))
+            writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        elif fault == "stall":
+            await writer.drain()
+            await asyncio.sleep(cfg.stall_s)
+        return False
+
+
+class _ChunkFramer:
+    """Builds chunk events the way vLLM and SGLang shape them."""
+
+    def __init__(self, chat: bool, model: str) -> None:
+        self.chat = chat
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        self.head = f'{{"id":"cmpl-mock","object":"{kind}","created":0,"model":"{model}",'
+
+    def delta(self, text: str, reasoning: bool) -> bytes:
+        if self.chat:
+            key = "reasoning_content" if reasoning else "content"
+            choice = f'{{"index":0,"delta":{{"{key}":"{text}"}},"finish_reason":null}}'
+        else:
+            choice = f'{{"index":0,"text":"{text}","finish_reason":null}}'
+        return f'data: {self.head}"choices":[{choice}]}}\n\n'.encode()
+
+    def finish(self) -> bytes:
+        inner = '"delta":{}' if self.chat else '"text":""'
+        choice = f'{{"index":0,{inner},"finish_reason":"length"}}'
+        return f'data: {self.head}"choices":[{choice}]}}\n\n'.encode()
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        usage = (f'{{"prompt_tokens":{prompt_tokens},"completion_tokens":{completion_tokens},'
+                 f'"total_tokens":{prompt_tokens + completion_tokens}}}')
+        return f'data: {self.head}"choices":[],"usage":{usage}}}\n\n'.encode()
+
+
+def _final_object(chat: bool, model: str, n: int, prompt_tokens: int) -> dict:
+    text = " tok" * n
+    choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
+              else {"index": 0, "text": text})
+    choice["finish_reason"] = "length"
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+             "total_tokens": prompt_tokens + n}
+    return {"id": "cmpl-mock", "model": model, "choices": [choice], "usage": usage}
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _error(message: str, code: str) -> dict:
+    return {"error": {"message": message, "type": code, "code": code}}
+
+
+def _send_json(writer, status: int, obj, retry: int | None = None) -> bool:
+    body = json.dumps(obj).encode()
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+              500: "Internal Server Error"}.get(status, "Error")
+    extra = f"Retry-After: {retry}\r\n" if retry is not None else ""
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    writer.write(head.encode() + body)
+    return True
+
+
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return method, path, headers
+
+
+class ThreadedMockServer:
+    """The fake server on its own event loop in a daemon thread (for tests)."""
+
+    def __init__(self, config: MockConfig | None = None) -> None:
+        self.server = MockServer(config)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> ThreadedMockServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def shutdown() -> None:
+            await self.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}/v1"
+
+    def configure(self, **changes: object) -> None:
+        self.server.config = dataclasses.replace(self.server.config, **changes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    for f in dataclasses.fields(MockConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        elif f.type == "str":
+            parser.add_argument(flag, default=f.default)
+        elif f.type == "int | None":
+            parser.add_argument(flag, type=int, default=f.default)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    args = parser.parse_args(argv)
+    config = MockConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MockConfig)})
+    async def serve() -> None:
+        server = MockServer(config)
+        port = await server.start(args.host, args.port)
+        print(f"mock server listening on http://{args.host}:{port}/v1", flush=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        aio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""What one measured request leaves behind: the row type shared by client, store and metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Error kinds a request can end with; `None` means the request succeeded.
+ERROR_KINDS = (
+    "http_error",  # non-2xx status (429 and 5xx included); http_status says which
+    "connect_error",  # the TCP/TLS connection could not be opened
+    "dropped",  # the server closed the connection before the stream ended
+    "malformed",  # an SSE data event that is not JSON or not a completion chunk
+    "stream_error",  # the server sent an error object inside the stream
+    "timeout",  # no end of stream within the request timeout
+)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the harness saw it. Durations come from `perf_counter_ns`."""
+
+    request_id: str
+    concurrency: int
+    round: int
+    worker: int
+    sent_at: float  # wall-clock seconds (run anchor + monotonic offset)
+    ttft_ms: float | None = None
+    latency_ms: float | None = None
+    output_tokens: int = 0
+    output_tokens_estimated: bool = False
+    input_tokens: int | None = None
+    chunks: int = 0
+    max_gap_ms: float | None = None
+    finish_reason: str | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    @property
+    def tps(self) -> float | None:
+        """Output tokens over the whole request time, TTFT included (DESIGN.md)."""
+        if not self.ok or not self.latency_ms:
+            return None
+        return self.output_tokens / (self.latency_ms / 1000.0)

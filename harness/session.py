@@ -1,0 +1,150 @@
+"""One benchmark run end to end: check the target, calibrate prompts, sweep, store.
+
+Every finished round is on disk before the next level starts; Ctrl-C marks the run aborted
+with its finished rounds kept; `resume` runs only the (level, round) pairs still missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import secrets
+import time
+from dataclasses import dataclass, replace
+
+from harness import __version__, target
+from harness.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.config import RunConfig
+from harness.endpoint import Endpoint
+from harness.metrics import level_stats
+from harness.progress import LevelProgress
+from harness.records import RequestRecord
+from harness.store import Store
+from harness.sweep import LevelOutcome, Sweep
+from harness.workload import Calibration, PromptFactory, calibrate, payload
+from harness.writer import BackgroundWriter
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    config: RunConfig
+    calibration: Calibration | None
+    outcomes: list[LevelOutcome]
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def host_info() -> dict:
+    info = {"hostname": platform.node(), "platform": platform.platform(),
+            "python": platform.python_version(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/meminfo") as f:
+            info["memory_kb"] = int(f.readline().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return info
+
+
+async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock) -> Calibration:
+    pool = ConnectionPool(endpoint)
+
+    async def probe(words: int) -> int | None:
+        prompts = PromptFactory(config.seed, words)
+        request_id = f"calibrate-{words}"
+        body = payload(config.api, config.model, prompts.text(request_id), 1, config.temperature,
+                       force_length=False)
+        record = await stream_completion(
+            pool, build_request(endpoint, body, request_id),
+            RequestRecord(request_id, 1, 0, 0, 0.0), clock, config.timeout_s,
+        )
+        if not record.ok:
+            raise target.TargetError(
+                f"the calibration request to {endpoint.base_url} failed: {record.error_message}"
+            )
+        return record.input_tokens
+
+    try:
+        return await calibrate(config.input_tokens, probe)
+    finally:
+        pool.close()
+
+
+async def execute(
+    config: RunConfig,
+    endpoint: Endpoint,
+    store: Store,
+    progress: LevelProgress,
+    resume_run_id: str | None = None,
+) -> RunResult:
+    """Run (or resume) a sweep. TargetError before anything is stored if the target is bad."""
+    info = await target.describe(endpoint, config.model or None)
+    config = replace(config, model=info.model, engine=config.engine or info.engine)
+    clock = Clock()
+    if resume_run_id is None:
+        calibration = await _calibrate(config, endpoint, clock)
+        progress.message(calibration.describe())
+        run_id = new_run_id()
+        store.create_run(run_id, {
+            "device": config.device, "engine": config.engine, "model": config.model,
+            "table_placement": config.table_placement, "target_url": config.url,
+            "api": config.api, "mode": config.mode, "levels": list(config.levels),
+            "rounds": config.rounds, "input_tokens": config.input_tokens,
+            "output_tokens": config.output_tokens,
+            "measured_input_tokens": calibration.prompt_tokens, "label": config.label,
+            "config": json.dumps({**config.to_json_dict(), "prompt_words": calibration.words}),
+            "host": json.dumps(host_info()), "version": __version__,
+        })
+        words = calibration.words
+    else:
+        run_id, calibration = resume_run_id, None
+        stored = json.loads(store.run(run_id)["config"])
+        words = stored["prompt_words"]
+        store.update_run(run_id, status="running", finished_at=None, error=None)
+    done = store.done_rounds(run_id)
+    progress.message(f"run {run_id}: {config.mode} mode, levels {list(config.levels)}, "
+                     f"{config.rounds} rounds, target {endpoint.base_url} model {config.model}")
+    sweep = Sweep(config, endpoint, run_id, PromptFactory(config.seed, words), clock)
+    writer = BackgroundWriter(lambda records: store.write_requests(run_id, records))
+    outcomes: list[LevelOutcome] = []
+    try:
+        if config.warmup and resume_run_id is None:
+            await sweep.warmup(config.warmup, min(config.warmup, config.levels[0]))
+        for c in config.levels:
+            todo = [r for r in range(config.rounds) if (c, r) not in done]
+            if not todo:
+                continue
+            before = await target.fetch_stats(endpoint)
+            progress.start_level(c, c * len(todo))
+            outcome = await sweep.run_level(c, todo, writer.submit, progress.advance)
+            await asyncio.to_thread(writer.drain)
+            progress.end_level(level_stats(c, outcome.records, config.output_tokens))
+            after = await target.fetch_stats(endpoint)
+            if before is not None or after is not None:
+                store.write_server_stats(run_id, c, before, after)
+            outcomes.append(outcome)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        _close_quietly(writer)
+        store.finish_run(run_id, "aborted", "interrupted by the user")
+        raise
+    except Exception as exc:
+        _close_quietly(writer)
+        store.finish_run(run_id, "failed", str(exc) or type(exc).__name__)
+        raise
+    finally:
+        sweep.close()
+    writer.close()
+    store.finish_run(run_id, "complete")
+    return RunResult(run_id, config, calibration, outcomes)
+
+
+def _close_quietly(writer: BackgroundWriter) -> None:
+    """Keep every round already finished; a write error here must not mask the first one."""
+    try:
+        writer.close()
+    except Exception:
+        pass

@@ -1,0 +1,304 @@
+"""DuckDB results file: schema, short write transactions, queries, CSV/Parquet export.
+
+Each write opens the file, commits and closes it again, so a reader (the explorer, a
+`summary` in another shell) can open it between writes; a locked file is retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+from harness.records import RequestRecord
+
+DEFAULT_DB = Path("results/bench.duckdb")
+RUN_STATUSES = ("running", "complete", "aborted", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR PRIMARY KEY,
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    status VARCHAR,
+    device VARCHAR,
+    engine VARCHAR,
+    model VARCHAR,
+    table_placement VARCHAR,
+    target_url VARCHAR,
+    api VARCHAR,
+    mode VARCHAR,
+    levels INTEGER[],
+    rounds INTEGER,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    measured_input_tokens INTEGER,
+    label VARCHAR,
+    config VARCHAR,
+    host VARCHAR,
+    version VARCHAR,
+    error VARCHAR
+);
+CREATE TABLE IF NOT EXISTS requests (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    round INTEGER,
+    worker INTEGER,
+    request_id VARCHAR,
+    sent_at TIMESTAMP,
+    ttft_ms DOUBLE,
+    latency_ms DOUBLE,
+    output_tokens INTEGER,
+    output_tokens_estimated BOOLEAN,
+    input_tokens INTEGER,
+    chunks INTEGER,
+    max_gap_ms DOUBLE,
+    finish_reason VARCHAR,
+    ok BOOLEAN,
+    error_kind VARCHAR,
+    error_message VARCHAR,
+    http_status INTEGER
+);
+CREATE TABLE IF NOT EXISTS server_stats (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    before VARCHAR,
+    after VARCHAR,
+    recorded_at TIMESTAMP
+);
+CREATE OR REPLACE VIEW levels AS
+WITH q AS (
+    SELECT r.*,
+        CASE WHEN r.ok AND r.latency_ms > 0
+             THEN r.output_tokens / (r.latency_ms / 1000.0) END AS tps,
+        r.sent_at + to_microseconds(CAST(round(r.latency_ms * 1000) AS BIGINT)) AS ended_at
+    FROM requests r
+)
+SELECT
+    q.run_id,
+    q.concurrency,
+    count(*) AS requests,
+    count(*) FILTER (WHERE NOT q.ok) AS errors,
+    count(*) FILTER (WHERE q.ok AND q.output_tokens < runs.output_tokens) AS short_outputs,
+    avg(q.ttft_ms) FILTER (WHERE q.ok) AS mean_ttft_ms,
+    quantile_cont(q.ttft_ms, 0.5) FILTER (WHERE q.ok) AS p50_ttft_ms,
+    quantile_cont(q.ttft_ms, 0.9) FILTER (WHERE q.ok) AS p90_ttft_ms,
+    quantile_cont(q.ttft_ms, 0.99) FILTER (WHERE q.ok) AS p99_ttft_ms,
+    avg(q.tps) AS mean_tps,
+    quantile_cont(q.tps, 0.5) AS p50_tps,
+    quantile_cont(q.tps, 0.1) AS p10_tps,
+    quantile_cont(q.tps, 0.01) AS p1_tps,
+    avg(q.output_tokens) FILTER (WHERE q.ok) AS mean_output_tokens,
+    CASE WHEN count(*) FILTER (WHERE q.ok) > 0 AND max(q.ended_at) > min(q.sent_at)
+         THEN sum(q.output_tokens) FILTER (WHERE q.ok)
+              / (epoch_us(max(q.ended_at)) - epoch_us(min(q.sent_at))) * 1e6 END
+        AS throughput_tps
+FROM q JOIN runs USING (run_id)
+GROUP BY q.run_id, q.concurrency;
+"""
+
+_REQUEST_COLUMNS = (
+    "run_id, concurrency, round, worker, request_id, sent_at, ttft_ms, latency_ms, "
+    "output_tokens, output_tokens_estimated, input_tokens, chunks, max_gap_ms, finish_reason, "
+    "ok, error_kind, error_message, http_status"
+)
+
+
+class StoreError(RuntimeError):
+    """The results file cannot be used; the message is one sentence for the user."""
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC).replace(tzinfo=None)
+
+
+class Store:
+    """The results database at `path` (created with its schema on first use)."""
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_DB, lock_timeout_s: float = 60.0):
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+
+    def initialise(self) -> None:
+        """Create the folder and schema; refuse an unwritable path with one sentence."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder for {self.path}: {exc.strerror}") from None
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise StoreError(f"the results file {self.path} is not writable")
+        if not os.access(self.path.parent, os.W_OK):
+            raise StoreError(f"the folder {self.path.parent} is not writable")
+        with self._connect() as con:
+            con.execute(_SCHEMA)
+
+    @contextlib.contextmanager
+    def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.02
+        while True:
+            try:
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    reason = str(exc).splitlines()[0]
+                    raise StoreError(f"cannot open {self.path}: {reason}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            except duckdb.Error as exc:
+                raise StoreError(f"cannot open {self.path}: {str(exc).splitlines()[0]}") from None
+        try:
+            yield con
+        finally:
+            con.close()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def create_run(self, run_id: str, fields: dict) -> None:
+        row = {"run_id": run_id, "status": "running", "started_at": _utc(time.time()), **fields}
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self._connect() as con:
+            con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+
+    def update_run(self, run_id: str, **fields: object) -> None:
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._connect() as con:
+            con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*fields.values(), run_id])
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        assert status in RUN_STATUSES
+        self.update_run(run_id, status=status, finished_at=_utc(time.time()), error=error)
+
+    def write_requests(self, run_id: str, records: Sequence[RequestRecord]) -> None:
+        rows = [
+            (run_id, r.concurrency, r.round, r.worker, r.request_id, _utc(r.sent_at), r.ttft_ms,
+             r.latency_ms, r.output_tokens, r.output_tokens_estimated, r.input_tokens, r.chunks,
+             r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status)
+            for r in records
+        ]
+        marks = ", ".join("?" for _ in rows[0]) if rows else ""
+        if not rows:
+            return
+        with self._connect() as con:
+            con.execute("BEGIN")
+            con.executemany(f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES ({marks})", rows)
+            con.execute("COMMIT")
+
+    def write_server_stats(
+        self, run_id: str, concurrency: int, before: dict | None, after: dict | None
+    ) -> None:
+        with self._connect() as con:
+            con.execute(
+                "INSERT INTO server_stats VALUES (?, ?, ?, ?, ?)",
+                [run_id, concurrency, json.dumps(before), json.dumps(after), _utc(time.time())],
+            )
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with self._connect(read_only=True) as con:
+            cur = con.execute(sql, list(params))
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def runs(self) -> list[dict]:
+        return self._query("SELECT * FROM runs ORDER BY started_at, run_id")
+
+    def run(self, run_id: str) -> dict:
+        """One run by id, or the newest for 'latest'; StoreError when there is none."""
+        if run_id == "latest":
+            rows = self._query("SELECT * FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1")
+            if not rows:
+                raise StoreError(f"{self.path} holds no runs yet: start one with `make bench`")
+        else:
+            rows = self._query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+            if not rows:
+                raise StoreError(f"there is no run {run_id!r} in {self.path}")
+        return rows[0]
+
+    def requests(self, run_id: str) -> list[RequestRecord]:
+        rows = self._query(
+            f"SELECT {_REQUEST_COLUMNS}, epoch_us(sent_at) AS sent_us FROM requests "
+            "WHERE run_id = ? ORDER BY concurrency, round, worker",
+            [run_id],
+        )
+        records = []
+        for row in rows:
+            row.pop("run_id")
+            row.pop("ok")
+            row["sent_at"] = row.pop("sent_us") / 1e6
+            records.append(RequestRecord(**row))
+        return records
+
+    def done_rounds(self, run_id: str) -> set[tuple[int, int]]:
+        """(concurrency, round) pairs already stored: a resume runs only the others."""
+        rows = self._query(
+            "SELECT DISTINCT concurrency, round FROM requests WHERE run_id = ?", [run_id]
+        )
+        return {(r["concurrency"], r["round"]) for r in rows}
+
+    def levels(self, run_id: str) -> list[dict]:
+        return self._query(
+            "SELECT * FROM levels WHERE run_id = ? ORDER BY concurrency", [run_id]
+        )
+
+    def server_stats(self, run_id: str) -> list[dict]:
+        rows = self._query(
+            "SELECT concurrency, before, after FROM server_stats WHERE run_id = ? "
+            "ORDER BY concurrency, recorded_at",
+            [run_id],
+        )
+        return [
+            {**r, "before": json.loads(r["before"]), "after": json.loads(r["after"])}
+            for r in rows
+        ]
+
+    # -- export ------------------------------------------------------------------------------
+
+    def export(self, out_dir: Path, run_id: str | None, fmt: str) -> list[Path]:
+        """Write per-level and per-request files (columns fit `capacity --csv`)."""
+        if fmt not in ("csv", "parquet"):
+            raise StoreError(f"export format must be csv or parquet, not {fmt!r}")
+        if run_id is not None:
+            run_id = self.run(run_id)["run_id"]
+        elif not self.runs():
+            raise StoreError(f"{self.path} holds no runs yet: start one with `make bench`")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create {out_dir}: {exc.strerror}") from None
+        prefix = f"{run_id}_" if run_id else ""
+        where = "WHERE run_id = ?" if run_id else ""
+        params = [run_id] if run_id else []
+        queries = {
+            "levels": (
+                "SELECT l.run_id AS run, runs.device, runs.engine, runs.model, "
+                "runs.table_placement, runs.label, l.* EXCLUDE (run_id) "
+                f"FROM levels l JOIN runs USING (run_id) {where.replace('run_id', 'l.run_id')} "
+                "ORDER BY run, concurrency"
+            ),
+            "requests": (
+                f"SELECT * FROM requests {where} ORDER BY run_id, concurrency, round, worker"
+            ),
+        }
+        written = []
+        with self._connect(read_only=True) as con:
+            for name, sql in queries.items():
+                path = out_dir / f"{prefix}{name}.{fmt}"
+                rel = con.sql(sql, params=params)
+                if fmt == "csv":
+                    rel.write_csv(str(path), header=True)
+                else:
+                    rel.write_parquet(str(path))
+                written.append(path)
+        return written

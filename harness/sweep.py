@@ -1,0 +1,114 @@
+"""One concurrency level at a time: closed-loop workers or synchronized bursts (DESIGN.md).
+
+`closed`: C workers, each sends its rounds back to back; round r is the r-th request of every
+worker. `burst`: C requests start together, all finish, then the next round. A round is handed
+to `commit` as soon as its C records exist, so a killed process loses at most that round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from harness.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.config import RunConfig
+from harness.endpoint import Endpoint
+from harness.records import RequestRecord
+from harness.workload import PromptFactory, payload
+
+Commit = Callable[[list[RequestRecord]], None]
+OnRecord = Callable[[RequestRecord], None]
+
+
+@dataclass(slots=True)
+class LevelOutcome:
+    """What this process measured at one level, with the harness's own cost."""
+
+    concurrency: int
+    records: list[RequestRecord]
+    wall_s: float
+    cpu_s: float
+
+    @property
+    def chunks(self) -> int:
+        return sum(r.chunks for r in self.records)
+
+
+class Sweep:
+    def __init__(
+        self,
+        config: RunConfig,
+        endpoint: Endpoint,
+        run_id: str,
+        prompts: PromptFactory,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.endpoint = endpoint
+        self.run_id = run_id
+        self.prompts = prompts
+        self.clock = clock
+        self.pool = ConnectionPool(endpoint)
+
+    def _request(self, c: int, rnd: int, worker: int, tag: str = "") -> tuple[bytes, RequestRecord]:
+        request_id = f"{self.run_id}{tag}-c{c}-r{rnd}-w{worker}"
+        cfg = self.config
+        body = payload(cfg.api, cfg.model, self.prompts.text(request_id), cfg.output_tokens,
+                       cfg.temperature)
+        record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0)
+        return build_request(self.endpoint, body, request_id), record
+
+    async def _one(self, c: int, rnd: int, worker: int, tag: str = "") -> RequestRecord:
+        request, record = self._request(c, rnd, worker, tag)
+        return await stream_completion(self.pool, request, record, self.clock,
+                                       self.config.timeout_s)
+
+    async def warmup(self, count: int, concurrency: int) -> list[RequestRecord]:
+        """Requests that are sent but never stored (compile caches, first-touch pages)."""
+        await self.pool.warm(concurrency)
+        return await asyncio.gather(
+            *(self._one(concurrency, i, i % concurrency, "-warmup") for i in range(count))
+        )
+
+    async def run_level(
+        self, c: int, rounds: Sequence[int], commit: Commit, on_record: OnRecord
+    ) -> LevelOutcome:
+        await self.pool.warm(c)  # connections open before the clock starts
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if self.config.mode == "burst":
+            records = await self._burst(c, rounds, commit, on_record)
+        else:
+            records = await self._closed(c, rounds, commit, on_record)
+        return LevelOutcome(c, records, time.perf_counter() - wall0, time.process_time() - cpu0)
+
+    async def _closed(self, c, rounds, commit, on_record) -> list[RequestRecord]:
+        pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
+        done: list[RequestRecord] = []
+
+        async def worker(w: int) -> None:
+            for rnd in rounds:
+                record = await self._one(c, rnd, w)
+                on_record(record)
+                bucket = pending[rnd]
+                bucket.append(record)
+                if len(bucket) == c:
+                    commit(sorted(pending.pop(rnd), key=lambda r: r.worker))
+                    done.extend(bucket)
+
+        await asyncio.gather(*(worker(w) for w in range(c)))
+        return done
+
+    async def _burst(self, c, rounds, commit, on_record) -> list[RequestRecord]:
+        done: list[RequestRecord] = []
+        for rnd in rounds:
+            records = await asyncio.gather(*(self._one(c, rnd, w) for w in range(c)))
+            for record in records:
+                on_record(record)
+            commit(list(records))
+            done.extend(records)
+        return done
+
+    def close(self) -> None:
+        self.pool.close()

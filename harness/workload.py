@@ -1,0 +1,119 @@
+"""Prompts: seeded, unique per request (no prefix-cache flattery), ~N tokens after calibration.
+
+Calibration asks the target itself: it sends a few max_tokens=1 requests and reads
+`usage.prompt_tokens`, then fits words -> tokens (chat templates add a fixed overhead).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+# Common English words: one token each in most subword vocabularies, so counts stay stable.
+_WORDS = """
+time year people way day man thing woman life child world school state family student group
+country problem hand part place case week company system program question work government
+number night point home water room mother area money story fact month lot right study book
+eye job word business issue side kind head house service friend father power hour game line
+end member law car city community name president team minute idea kid body information back
+parent face others level office door health person art war history party result change
+morning reason research girl guy moment air teacher force education foot boy age policy
+process music market sense nation plan college interest death experience effect use class
+control care field development role effort rate heart drug show leader light voice wife
+police mind price report decision son view relationship town road arm difference value
+building action model season society tax director position player record paper space ground
+form event official matter center couple site project activity star table need court oil
+situation cost industry figure street image phone data picture practice piece land product
+doctor wall patient worker news test movie north love support technology step baby computer
+type attention film tree source organization hair window evidence population truth song
+river garden summer winter spring autumn bridge mountain ocean island forest valley desert
+""".split()  # noqa: SIM905 (a word list reads better as text)
+
+TOLERANCE = 0.05
+
+
+@dataclass(slots=True, frozen=True)
+class PromptFactory:
+    """Builds the prompt for a request key; `words` is set by calibration."""
+
+    seed: int = 0
+    words: int = 96
+
+    def text(self, key: str) -> str:
+        rng = random.Random(f"{self.seed}:{key}")
+        body = " ".join(rng.choice(_WORDS) for _ in range(max(self.words - 6, 1)))
+        return f"Request {key}. Continue this story: {body}"
+
+
+def payload(
+    api: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    temperature: float,
+    force_length: bool = True,
+) -> dict:
+    """The request body; `force_length` asks servers to ignore EOS so outputs reach max_tokens."""
+    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
+                  "stream": True, "stream_options": {"include_usage": True}}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if force_length:
+        body["ignore_eos"] = True
+        body["min_tokens"] = max_tokens
+    return body
+
+
+@dataclass(slots=True, frozen=True)
+class Calibration:
+    words: int
+    prompt_tokens: int | None  # None: the server reports no usage, so the count is a guess
+    target: int
+
+    @property
+    def error(self) -> float | None:
+        if self.prompt_tokens is None:
+            return None
+        return (self.prompt_tokens - self.target) / self.target
+
+    def describe(self) -> str:
+        if self.prompt_tokens is None:
+            return (f"prompts: {self.words} words (the server reports no usage.prompt_tokens, "
+                    f"so the {self.target}-token target is not verified)")
+        return (f"prompts: {self.words} words -> {self.prompt_tokens} prompt tokens measured "
+                f"(target {self.target}, {self.error:+.1%})")
+
+
+Probe = Callable[[int], Awaitable[int | None]]
+
+
+async def calibrate(target: int, probe: Probe, max_probes: int = 8) -> Calibration:
+    """Find the word count whose prompt measures within +-5% of `target` tokens.
+
+    `probe(words)` sends one max_tokens=1 request and returns usage.prompt_tokens.
+    """
+    w1 = max(target // 2, 4)
+    p1 = await probe(w1)
+    if p1 is None:
+        return Calibration(words=max(int(target / 1.3), 4), prompt_tokens=None, target=target)
+    w2 = w1 * 2
+    p2 = await probe(w2)
+    if p2 is None:
+        return Calibration(words=w1, prompt_tokens=p1, target=target)
+    slope = max((p2 - p1) / (w2 - w1), 0.05)
+    best = (w1, p1) if abs(p1 - target) <= abs(p2 - target) else (w2, p2)
+    words = w2
+    for _ in range(max_probes - 2):
+        words = max(4, round(w1 + (target - p1) / slope))
+        measured = await probe(words)
+        if measured is None:
+            break
+        if abs(measured - target) < abs(best[1] - target):
+            best = (words, measured)
+        if abs(measured - target) <= TOLERANCE * target:
+            break
+        w1, p1 = words, measured
+    return Calibration(words=best[0], prompt_tokens=best[1], target=target)

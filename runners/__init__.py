@@ -1,0 +1,1 @@
+"""What is benchmarked: device profiles, the bundled Engram server, external engine recipes."""

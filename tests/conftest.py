@@ -1,0 +1,74 @@
+"""Shared fixtures: the fake OpenAI server, in-thread or as its own process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.mock_server import MockConfig, ThreadedMockServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def mock_server() -> Iterator[ThreadedMockServer]:
+    """A fast fake server on a loopback port; reconfigure with `.configure(...)`."""
+    with ThreadedMockServer(MockConfig(ttft_ms=5, itl_ms=1)) as server:
+        yield server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+@pytest.fixture
+def mock_process() -> Iterator[callable]:
+    """Start the fake server as a separate process (own GIL), stopped at teardown."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.mock_server", "--port", str(port), *flags],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT,
+        )
+        procs.append(proc)
+        wait_for_port(port)
+        return f"http://127.0.0.1:{port}/v1"
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_cli(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m harness ...` in a subprocess, as a user would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )

@@ -1,0 +1,54 @@
+import pytest
+
+from harness.http1 import ProtocolError, ResponseParser
+
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"6\r\nhello \r\n5;ext=1\r\nworld\r\n0\r\nX-Trailer: a\r\n\r\n"
+)
+
+
+def feed_in_pieces(data: bytes, size: int) -> tuple[ResponseParser, bytes]:
+    parser = ResponseParser()
+    body = b""
+    for i in range(0, len(data), size):
+        body += parser.feed(data[i : i + size])
+    return parser, body
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 4096])
+def test_chunked_body_survives_any_split(size):
+    parser, body = feed_in_pieces(CHUNKED, size)
+    assert body == b"hello world"
+    assert parser.done and parser.status == 200 and parser.keep_alive
+
+
+def test_content_length_body_and_close_header():
+    data = b"HTTP/1.1 500 Internal\r\nContent-Length: 5\r\nConnection: close\r\n\r\noops!"
+    parser, body = feed_in_pieces(data, 4)
+    assert (parser.status, body, parser.done, parser.keep_alive) == (500, b"oops!", True, False)
+
+
+def test_close_delimited_body_ends_at_eof():
+    parser = ResponseParser()
+    body = parser.feed(b"HTTP/1.0 200 OK\r\n\r\nabc") + parser.feed(b"def")
+    assert body == b"abcdef" and not parser.done
+    parser.feed_eof()
+    assert parser.done and not parser.keep_alive
+
+
+def test_eof_inside_chunked_body_is_not_done():
+    parser = ResponseParser()
+    parser.feed(CHUNKED[:-20])
+    parser.feed_eof()
+    assert not parser.done
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"SSH-2.0-OpenSSH\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"],
+)
+def test_garbage_is_a_protocol_error(data):
+    with pytest.raises(ProtocolError):
+        ResponseParser().feed(data)
