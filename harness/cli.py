@@ -150,7 +150,7 @@ def _config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from harness.progress import LevelProgress
-    from harness.session import execute
+    from harness.session import execute, new_run_id
 
     targets = _targets(args)
     store = Store(args.db)
@@ -158,15 +158,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     config, resume_id = _config_for(args, store)
     endpoint = Endpoint(config.url, config.api, args.api_key)
     progress = LevelProgress(enabled=not args.no_progress)
+    run_id = resume_id or new_run_id()
     try:
-        result = aio.run(execute(config, endpoint, store, progress, resume_id))
+        aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id)))
     except KeyboardInterrupt:
-        done = store.runs()[-1] if store.runs() else None
-        run_id = resume_id or (done["run_id"] if done else "?")
-        console.print(f"aborted: run {run_id} is marked aborted; its finished rounds are kept "
-                      f"(continue with --resume {run_id})", highlight=False)
+        progress.stop()
+        print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "
+              f"(continue with --resume {run_id})", file=sys.stderr)
         return EXIT_ABORTED
-    return _show(store, result.run_id, targets, args.json, console)
+    return _show(store, run_id, targets, args.json, console)
 
 
 def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: Console) -> int:

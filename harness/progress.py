@@ -60,10 +60,14 @@ class LevelProgress:
                 figures += f"  errors {self._errors}"
             self._progress.update(self._task, advance=1, figures=figures)
 
-    def end_level(self, stats: LevelStats) -> None:
+    def stop(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def end_level(self, stats: LevelStats) -> None:
+        if self._progress is not None:
+            self.stop()
         elif self.enabled:
             ttft = f"{stats.mean_ttft_ms:.1f}" if stats.mean_ttft_ms is not None else "-"
             tps = f"{stats.mean_tps:.1f}" if stats.mean_tps is not None else "-"

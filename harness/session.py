@@ -79,16 +79,16 @@ async def execute(
     endpoint: Endpoint,
     store: Store,
     progress: LevelProgress,
-    resume_run_id: str | None = None,
+    run_id: str,
+    resume: bool = False,
 ) -> RunResult:
     """Run (or resume) a sweep. TargetError before anything is stored if the target is bad."""
     info = await target.describe(endpoint, config.model or None)
     config = replace(config, model=info.model, engine=config.engine or info.engine)
     clock = Clock()
-    if resume_run_id is None:
+    if not resume:
         calibration = await _calibrate(config, endpoint, clock)
         progress.message(calibration.describe())
-        run_id = new_run_id()
         store.create_run(run_id, {
             "device": config.device, "engine": config.engine, "model": config.model,
             "table_placement": config.table_placement, "target_url": config.url,
@@ -101,7 +101,7 @@ async def execute(
         })
         words = calibration.words
     else:
-        run_id, calibration = resume_run_id, None
+        calibration = None
         stored = json.loads(store.run(run_id)["config"])
         words = stored["prompt_words"]
         store.update_run(run_id, status="running", finished_at=None, error=None)
@@ -112,7 +112,7 @@ async def execute(
     writer = BackgroundWriter(lambda records: store.write_requests(run_id, records))
     outcomes: list[LevelOutcome] = []
     try:
-        if config.warmup and resume_run_id is None:
+        if config.warmup and not resume:
             await sweep.warmup(config.warmup, min(config.warmup, config.levels[0]))
         for c in config.levels:
             todo = [r for r in range(config.rounds) if (c, r) not in done]
