@@ -42,7 +42,7 @@ class PromptFactory:
 
     def text(self, key: str) -> str:
         rng = random.Random(f"{self.seed}:{key}")
-        body = " ".join(rng.choice(_WORDS) for _ in range(max(self.words - 6, 1)))
+        body = " ".join(rng.choice(_WORDS) for _ in range(max(self.words - 5, 1)))
         return f"Request {key}. Continue this story: {body}"
 
 

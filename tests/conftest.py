@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,7 +42,7 @@ def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
 
 
 @pytest.fixture
-def mock_process() -> Iterator[callable]:
+def mock_process() -> Iterator[Callable[..., str]]:
     """Start the fake server as a separate process (own GIL), stopped at teardown."""
     procs: list[subprocess.Popen] = []
 
@@ -65,7 +65,9 @@ def mock_process() -> Iterator[callable]:
             proc.kill()
 
 
-def run_cli(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, timeout: float = 120, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """`python -m harness ...` in a subprocess, as a user would run it."""
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],

@@ -26,7 +26,8 @@ def make_records(levels=(1, 2, 4), rounds=3, output_tokens=128, seed=7) -> list[
                     chunks=tokens, max_gap_ms=9.0, finish_reason="length", http_status=200,
                 )
                 if c == 4 and rnd == 1 and w == 2:
-                    rec.error_kind, rec.error_message, rec.http_status = "http_error", "HTTP 500", 500
+                    rec.error_kind, rec.error_message = "http_error", "HTTP 500"
+                    rec.http_status = 500
                     rec.ttft_ms, rec.output_tokens, rec.chunks = None, 0, 0
                 records.append(rec)
     return records
