@@ -39,7 +39,7 @@ class Clock:
 class _Exchange:
     """One request/response on a connection; resolves `future` exactly once."""
 
-    __slots__ = ("error", "error_body", "future", "parser", "received", "sse", "stream")
+    __slots__ = ("end_ns", "error", "error_body", "future", "parser", "received", "sse", "stream")
 
     def __init__(self, future: asyncio.Future[None]) -> None:
         self.future = future
@@ -49,9 +49,12 @@ class _Exchange:
         self.error: tuple[str, str] | None = None
         self.error_body = bytearray()
         self.received = False
+        self.end_ns = 0
 
     def finish(self, error: tuple[str, str] | None = None) -> None:
+        """Called from the protocol callback, so `end_ns` is when the bytes arrived."""
         if not self.future.done():
+            self.end_ns = time.perf_counter_ns()
             self.error = error
             self.future.set_result(None)
 
@@ -211,7 +214,6 @@ async def stream_completion(
             timeout, exchange.finish, ("timeout", f"no end of stream after {timeout:g} s")
         )
         await exchange.future
-        end_ns = time.perf_counter_ns()
         timer.cancel()
         if exchange.error is not None and exchange.error[0] == "timeout":
             conn.abort()
@@ -221,7 +223,7 @@ async def stream_completion(
             continue
         pool.release(conn)
         break
-    _fill(record, exchange, clock, sent_ns, end_ns)
+    _fill(record, exchange, clock, sent_ns, exchange.end_ns)
     return record
 
 

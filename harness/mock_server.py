@@ -182,8 +182,9 @@ class MockServer:
                 return False
             k = min(cfg.tokens_per_chunk, n_tokens - sent)
             reasoning = sent < cfg.reasoning_tokens
-            writer.write(_chunk(frame.delta(" tok" * k, reasoning)))
-            now = time.perf_counter()
+            data = _chunk(frame.delta(" tok" * k, reasoning))
+            now = time.perf_counter()  # taken before the write: the token leaves from here
+            writer.write(data)
             if timing.first_write is None:
                 timing.first_write = now
                 if cfg.keepalive_comments:

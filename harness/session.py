@@ -33,6 +33,7 @@ class RunResult:
     config: RunConfig
     calibration: Calibration | None
     outcomes: list[LevelOutcome]
+    clock: Clock  # maps stored wall times back to the monotonic clock (benchmarks do)
 
 
 def new_run_id() -> str:
@@ -109,7 +110,7 @@ async def execute(
     progress.message(f"run {run_id}: {config.mode} mode, levels {list(config.levels)}, "
                      f"{config.rounds} rounds, target {endpoint.base_url} model {config.model}")
     sweep = Sweep(config, endpoint, run_id, PromptFactory(config.seed, words), clock)
-    writer = BackgroundWriter(lambda records: store.write_requests(run_id, records))
+    writer = BackgroundWriter(store, run_id)
     outcomes: list[LevelOutcome] = []
     try:
         if config.warmup and not resume:
@@ -139,7 +140,7 @@ async def execute(
         sweep.close()
     writer.close()
     store.finish_run(run_id, "complete")
-    return RunResult(run_id, config, calibration, outcomes)
+    return RunResult(run_id, config, calibration, outcomes, clock)
 
 
 def _close_quietly(writer: BackgroundWriter) -> None:
