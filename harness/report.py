@@ -86,7 +86,7 @@ def print_summary(summary: dict, console: Console) -> None:
             _fmt(lv["p10_tps"]), _fmt(lv["mean_output_tokens"]), _fmt(lv["throughput_tps"]),
             "[green]yes[/]" if lv["passes"] else "[red]no[/]",
         )
-    console.print(table)
+    console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
     t = summary["targets"]
     console.print(
         f"Max C = [bold]{summary['max_c']}[/] ({t['statistic']} TPS >= {t['tps_min']:g} tok/s, "
@@ -170,7 +170,7 @@ def print_capacity(result: dict, console: Console) -> None:
         passing = ",".join(str(lv["concurrency"]) for lv in r["levels"] if lv["passes"]) or "-"
         table.add_row(name, passing, str(r["max_c"]), str(r["chat_users"]),
                       str(r["agentic_users"]))
-    console.print(table)
+    console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
     for name, r in result.items():
         for warning in r["warnings"]:
             console.print(f"[yellow]warning[/] {name}: {warning}", highlight=False)
