@@ -14,6 +14,8 @@ URL    ?=
 MODEL  ?=
 API_KEY ?=
 QUICK  ?=
+# The CPU build of PyTorch (a file on this machine's disk); override on a CUDA host.
+TORCH  ?= torch==2.13.0
 RUN    ?=
 FORMAT ?= csv
 
@@ -32,7 +34,8 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[dev,server]'
 	touch $(STAMP)
 
 venv: $(STAMP)
