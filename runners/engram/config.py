@@ -1,0 +1,56 @@
+"""Model presets: a small real decoder with the published Engram geometries (DESIGN.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, frozen=True)
+class ModelConfig:
+    name: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    ffn: int
+    max_seq: int
+    engram_layers: tuple[int, ...]
+    engram_orders: tuple[int, ...]
+    engram_heads: int
+    engram_row_values: int  # FP8 values per row = bytes per row
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ValueError("d_model must split into heads of even size (rotary)")
+        if any(not 0 <= layer < self.n_layers for layer in self.engram_layers):
+            raise ValueError("Engram layers must be layers of the model")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def engram_bytes_per_token(self) -> int:
+        return (len(self.engram_layers) * len(self.engram_orders) * self.engram_heads
+                * self.engram_row_values)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    c.name: c
+    for c in (
+        # Qwen3.8-Flash-Next geometry: layer 2, orders 2-3, 8 heads, 160 B rows (2,560 B/token).
+        ModelConfig("qwen-mini", 32_768, 640, 8, 10, 1792, 1024, (2,), (2, 3), 8, 160),
+        # DeepSeek-V4.1-Flash geometry: layers 1 and 14, orders 2-4, 8 heads, 256 B rows.
+        ModelConfig("deepseek-mini", 32_768, 512, 16, 8, 1536, 1024, (1, 14), (2, 3, 4), 8, 256),
+        # For tests: the Qwen geometry on a model small enough to run in milliseconds.
+        ModelConfig("tiny", 32_768, 64, 4, 4, 128, 256, (1,), (2, 3), 8, 160),
+    )
+}
+
+
+def preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}") from None
