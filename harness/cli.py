@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--db", type=Path, default=DEFAULT_DB)
 
     sub.add_parser("devices", help="list the device profiles")
+    sub.add_parser("serve", help="start the bundled Engram server (see `serve --help`)",
+                   add_help=False)
     return parser
 
 
@@ -216,7 +218,16 @@ COMMANDS = {"run": cmd_run, "summary": cmd_summary, "capacity": cmd_capacity,
             "export": cmd_export, "devices": cmd_devices}
 
 
+def serve(argv: list[str]) -> int:
+    """The server runs torch; the harness never imports it, so serve is its own process."""
+    os.execv(sys.executable, [sys.executable, "-m", "runners.engram", *argv])
+    return 0  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        return serve(argv[1:])
     args = build_parser().parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:

@@ -1,0 +1,110 @@
+"""The HTTP surface (FastAPI): OpenAI routes, /tokenize, /health, /stats, /metrics.
+
+Thin: parsing and errors here, generation in serving.py, counters in runtime.py.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from runners.engram.protocol import APIError, ChatRequest, CompletionRequest, TokenizeRequest
+from runners.engram.runtime import Runtime
+
+MAX_BODY = 1024 * 1024
+
+
+def _error(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _parse(request: Request, model: type[BaseModel]) -> BaseModel:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise APIError(400, f"the request body exceeds {MAX_BODY} bytes")
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise APIError(400, f"the request body exceeds {MAX_BODY} bytes")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise APIError(400, "the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise APIError(400, f"{where}: {first['msg']}", param=where) from None
+
+
+def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
+    app = FastAPI(title="engram-bench Engram server", docs_url=None, redoc_url=None)
+    serving = runtime.serving
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        return _error(exc)
+
+    @app.middleware("http")
+    async def check_key(request: Request, call_next):
+        if api_key and request.url.path != "/health":
+            given = request.headers.get("authorization", "")
+            if not secrets.compare_digest(given, f"Bearer {api_key}"):
+                return _error(APIError(401, "missing or wrong API key", code="invalid_api_key"))
+        return await call_next(request)
+
+    async def generate(request: Request, model: type[ChatRequest] | type[CompletionRequest]):
+        req = await _parse(request, model)
+        seq = serving.sequence(req)
+        queue = serving.start(seq)
+        pieces = serving.pieces(seq, queue, req.stop_strings)
+        if req.stream:
+            return StreamingResponse(serving.stream(req, seq, pieces),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return JSONResponse(await serving.complete(req, seq, pieces))
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await generate(request, ChatRequest)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await generate(request, CompletionRequest)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{
+            "id": serving.model_name, "object": "model", "owned_by": "engram-bench",
+            "max_model_len": serving.max_seq}]}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> dict:
+        req = await _parse(request, TokenizeRequest)
+        if req.messages:
+            ids = serving.tokenizer.chat_prompt([m.model_dump() for m in req.messages])
+        elif req.prompt is not None:
+            ids = serving.tokenizer.encode(req.prompt)
+        else:
+            raise APIError(400, "give prompt or messages", param="prompt")
+        return {"tokens": ids, "count": len(ids), "max_model_len": serving.max_seq}
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/stats")
+    async def stats() -> dict:
+        return runtime.stats()
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(runtime.prometheus())
+
+    return app

@@ -1,0 +1,141 @@
+"""OpenAI completions over the engine: request -> Sequence, tokens -> SSE chunks or a body."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from runners.engram.engine import Engine
+from runners.engram.protocol import APIError, ChatRequest, CompletionRequest
+from runners.engram.scheduler import SamplingParams, Sequence
+from runners.engram.tokenizer import EngramTokenizer, StreamDecoder
+
+_ids = itertools.count()
+
+
+@dataclass(slots=True)
+class Piece:
+    text: str
+    finish_reason: str | None
+
+
+class Serving:
+    def __init__(self, engine: Engine, tokenizer: EngramTokenizer, model_name: str) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.max_seq = engine.cfg.max_seq
+
+    def prompt_ids(self, req: ChatRequest | CompletionRequest) -> list[int]:
+        if isinstance(req, ChatRequest):
+            return self.tokenizer.chat_prompt([m.model_dump() for m in req.messages])
+        return self.tokenizer.encode(req.prompt)  # type: ignore[arg-type]
+
+    def sequence(self, req: ChatRequest | CompletionRequest) -> Sequence:
+        if req.model != self.model_name:
+            raise APIError(404, f"The model `{req.model}` does not exist; this server serves "
+                           f"`{self.model_name}`.", code="model_not_found", param="model")
+        ids = self.prompt_ids(req)
+        if not ids:
+            raise APIError(400, "the prompt is empty", param="prompt")
+        max_tokens = req.requested_tokens
+        if max_tokens <= 0:
+            raise APIError(400, f"max_tokens must be at least 1, not {max_tokens}",
+                           param="max_tokens")
+        if len(ids) >= self.max_seq:
+            raise APIError(400, f"the prompt has {len(ids)} tokens; this model's context is "
+                           f"{self.max_seq} tokens", param="messages")
+        if len(ids) + max_tokens > self.max_seq:
+            raise APIError(400, f"max_tokens {max_tokens} plus the {len(ids)}-token prompt "
+                           f"exceeds the {self.max_seq}-token context", param="max_tokens")
+        params = SamplingParams(max_tokens=max_tokens, min_tokens=min(req.min_tokens, max_tokens),
+                                ignore_eos=req.ignore_eos, temperature=req.temperature,
+                                top_p=req.top_p, seed=req.seed)
+        return Sequence(f"cmpl-{next(_ids)}", ids, params)
+
+    def start(self, seq: Sequence) -> asyncio.Queue:
+        """Hand the sequence to the engine (before any response byte is sent)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int | None, str | None]] = asyncio.Queue()
+
+        def on_token(token: int | None, reason: str | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (token, reason))
+
+        if not self.engine.submit(seq, on_token):
+            raise APIError(503, "the server's request queue is full; retry shortly",
+                           code="queue_full", headers={"Retry-After": "1"})
+        return queue
+
+    async def pieces(self, seq: Sequence, queue: asyncio.Queue,
+                     stops: list[str]) -> AsyncIterator[Piece]:
+        """Text deltas as the engine produces them; cancels the sequence if abandoned."""
+        decoder = StreamDecoder(self.tokenizer)
+        text = ""
+        finished = False
+        try:
+            while not finished:
+                token, reason = await queue.get()
+                delta = decoder.push(token) if token is not None else ""
+                if stops and delta:
+                    text += delta
+                    hit = min((text.find(s) for s in stops if s in text), default=-1)
+                    if hit >= 0:
+                        delta = delta[: max(len(delta) - (len(text) - hit), 0)]
+                        reason = "stop"
+                finished = reason is not None
+                if delta or finished:
+                    yield Piece(delta, reason)
+        finally:
+            if seq.finish_reason is None:
+                self.engine.cancel(seq)
+
+    def usage(self, seq: Sequence) -> dict:
+        return {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
+                "total_tokens": seq.length}
+
+    async def stream(self, req: ChatRequest | CompletionRequest, seq: Sequence,
+                     pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
+        chat = isinstance(req, ChatRequest)
+        head = {"id": seq.request_id, "created": int(time.time()), "model": self.model_name,
+                "object": "chat.completion.chunk" if chat else "text_completion"}
+
+        def event(choice: dict | None, usage: dict | None = None) -> bytes:
+            body = {**head, "choices": [choice] if choice else []}
+            if usage is not None:
+                body["usage"] = usage
+            return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+        if chat:
+            yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
+                         "finish_reason": None})
+        async for piece in pieces:
+            delta = {"content": piece.text} if chat else None
+            choice = {"index": 0, "finish_reason": piece.finish_reason}
+            if chat:
+                choice["delta"] = delta if piece.text else {}
+            else:
+                choice["text"] = piece.text
+            yield event(choice)
+        if req.include_usage:
+            yield event(None, self.usage(seq))
+        yield b"data: [DONE]\n\n"
+
+    async def complete(self, req: ChatRequest | CompletionRequest, seq: Sequence,
+                       pieces: AsyncIterator[Piece]) -> dict:
+        text, reason = "", None
+        async for piece in pieces:
+            text += piece.text
+            reason = piece.finish_reason or reason
+        chat = isinstance(req, ChatRequest)
+        choice: dict = {"index": 0, "finish_reason": reason}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        return {"id": seq.request_id, "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()), "model": self.model_name, "choices": [choice],
+                "usage": self.usage(seq)}

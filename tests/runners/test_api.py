@@ -1,0 +1,161 @@
+"""The bundled server over HTTP (tiny preset, small table): OpenAI client, errors, stats."""
+
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from runners.engram.api import create_app
+from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
+from tests.conftest import free_port
+
+
+class LiveServer:
+    def __init__(self, runtime: Runtime, api_key: str | None = None) -> None:
+        self.runtime = runtime
+        self.port = free_port()
+        config = uvicorn.Config(create_app(runtime, api_key), host="127.0.0.1", port=self.port,
+                                log_level="error")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.runtime.start()
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.runtime.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def options(tmp_path, **kw) -> ServerOptions:
+    base = dict(preset="tiny", table_gib=0.004, results_dir=tmp_path, max_running=2,
+                max_waiting=2)
+    return ServerOptions(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("srv")
+    with LiveServer(Runtime(options(tmp, placement="nvme"))) as live:
+        yield live
+
+
+def test_openai_client_streams_chat_and_completions(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    stream = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Say something"}], max_tokens=6,
+        stream=True, stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].usage.completion_tokens == 6
+    assert any(c.choices and c.choices[0].finish_reason == "length" for c in chunks)
+    comp = client.completions.create(model="tiny", prompt="Once upon", max_tokens=4, stream=True,
+                                     extra_body={"ignore_eos": True})
+    assert "".join(c.choices[0].text for c in comp if c.choices)
+    full = client.chat.completions.create(model="tiny", max_tokens=3, extra_body={
+        "ignore_eos": True}, messages=[{"role": "user", "content": "x"}])
+    assert full.usage.completion_tokens == 3 and full.choices[0].message.content
+
+
+def test_stats_bytes_per_token_is_the_engram_geometry(server):
+    stats = httpx.get(server.url + "/stats").json()
+    assert stats["bytes_per_token"] == 2 * 8 * 160  # orders x heads x row bytes x layers
+    assert stats["placement"] == "nvme" and stats["tokens"] > 0
+    metrics = httpx.get(server.url + "/metrics").text
+    assert "engram_bytes_per_token 2560.0" in metrics
+
+
+def test_tokenize_counts_exactly(server):
+    got = httpx.post(server.url + "/tokenize", json={"prompt": "Hello, world!"}).json()
+    assert got["count"] == len(got["tokens"]) == len(server.runtime.tokenizer.encode(
+        "Hello, world!"))
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'{"model": "tiny"}', 400, "messages"),
+        (b'{"model": "tiny", "messages": []}', 400, "messages"),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
+         400, "max_tokens must be at least 1"),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], '
+         b'"max_tokens": 100000}', 400, "exceeds the 256-token context"),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "' + b"word " * 400
+         + b'"}]}', 400, "this model's context is 256"),
+        (b'{"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}', 404,
+         "does not exist"),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "'
+         + b"x" * (1024 * 1024 + 10) + b'"}]}', 400, "exceeds 1048576 bytes"),
+    ],
+)
+def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server, body, status,
+                                                                       fragment):
+    resp = httpx.post(server.url + "/v1/chat/completions", content=body,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == status
+    error = resp.json()["error"]
+    assert fragment in error["message"] and error["type"] == "invalid_request_error"
+    ok = httpx.post(server.url + "/v1/completions",
+                    json={"model": "tiny", "prompt": "still", "max_tokens": 1})
+    assert ok.status_code == 200
+
+
+def test_queue_full_is_503_with_retry_after(tmp_path):
+    runtime = Runtime(options(tmp_path, max_running=1, max_waiting=1))
+    with LiveServer(runtime) as live:
+        body = {"model": "tiny", "prompt": "a", "max_tokens": 200, "ignore_eos": True,
+                "stream": True}
+        with httpx.Client(timeout=30) as http:
+            holders = [http.stream("POST", live.url + "/v1/completions", json=body)
+                       for _ in range(2)]
+            responses = [h.__enter__() for h in holders]  # one running, one waiting
+            third = http.post(live.url + "/v1/completions", json=body)
+            assert third.status_code == 503 and third.headers["retry-after"] == "1"
+            assert third.json()["error"]["code"] == "queue_full"
+            for h, r in zip(holders, responses, strict=True):
+                r.close()
+                h.__exit__(None, None, None)
+        deadline = time.monotonic() + 10  # disconnected clients free their slots
+        while runtime.engine.running or runtime.engine.queue_depth:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_api_key_is_required_when_set(tmp_path):
+    with LiveServer(Runtime(options(tmp_path)), api_key="s3cret") as live:
+        body = {"model": "tiny", "prompt": "a", "max_tokens": 1}
+        denied = httpx.post(live.url + "/v1/completions", json=body)
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+        allowed = httpx.post(live.url + "/v1/completions", json=body,
+                             headers={"Authorization": "Bearer s3cret"})
+        assert allowed.status_code == 200
+        assert httpx.get(live.url + "/health").status_code == 200
+
+
+def test_table_larger_than_the_budget_only_serves_from_nvme(tmp_path):
+    for placement in ("device", "host"):
+        with pytest.raises(ServerConfigError, match="--placement nvme keeps it on disk"):
+            Runtime(options(tmp_path, placement=placement, memory_budget_gib=0.002))
+    runtime = Runtime(options(tmp_path, placement="nvme", memory_budget_gib=0.002))
+    with LiveServer(runtime) as live:
+        resp = httpx.post(live.url + "/v1/completions", json={
+            "model": "tiny", "prompt": "offload", "max_tokens": 3, "ignore_eos": True})
+        assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 3
+        assert httpx.get(live.url + "/stats").json()["mapping_resident_bytes"] <= 0.002 * 2**30
