@@ -14,6 +14,8 @@ URL    ?=
 MODEL  ?=
 API_KEY ?=
 QUICK  ?=
+PLACEMENT ?=
+TABLE_GB ?=
 # The CPU build of PyTorch (a file on this machine's disk); override on a CUDA host.
 TORCH  ?= torch==2.13.0
 RUN    ?=
@@ -29,7 +31,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
   $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
 
-.PHONY: venv test lint bench bench-harness summary export clean
+.PHONY: venv test lint bench bench-harness bench-offload serve summary export clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +53,13 @@ bench: $(STAMP)
 
 bench-harness: $(STAMP)
 	$(BIN)/python benchmarks/harness_accuracy.py
+
+bench-offload: $(STAMP)
+	$(BIN)/python benchmarks/offload.py
+
+serve: $(STAMP)
+	$(BIN)/engram-bench serve --device $(DEVICE) $(if $(PLACEMENT),--placement $(PLACEMENT)) \
+	  $(if $(TABLE_GB),--table-size-gb $(TABLE_GB))
 
 summary: $(STAMP)
 	$(BIN)/engram-bench summary $(if $(RUN),$(RUN),latest) --db $(DB)
