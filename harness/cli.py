@@ -137,15 +137,12 @@ def _config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str 
             )
         raise UserError("give --url of an OpenAI-compatible server, e.g. "
                         "--url http://127.0.0.1:8000/v1")
-    placement = args.placement
-    if args.device in PROFILES and not placement:
-        placement = ""
     config = RunConfig(
         url=args.url, model=args.model or "", api=args.api,
         levels=args.levels or DEFAULT_LEVELS, rounds=args.rounds, mode=args.mode,
         input_tokens=args.input_tokens, output_tokens=args.output_tokens,
         timeout_s=args.timeout, warmup=args.warmup, seed=args.seed, label=args.label,
-        device=args.device or "", engine=args.engine, table_placement=placement,
+        device=args.device or "", engine=args.engine, table_placement=args.placement,
     )
     return config, None
 

@@ -184,9 +184,9 @@ class Store:
              r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status)
             for r in records
         ]
-        marks = ", ".join("?" for _ in rows[0]) if rows else ""
         if not rows:
             return
+        marks = ", ".join("?" for _ in rows[0])
         with self._connect() as con:
             con.execute("BEGIN")
             con.executemany(f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES ({marks})", rows)

@@ -142,13 +142,13 @@ class Runtime:
         }
 
     def prometheus(self) -> str:
+        info = self.stats()
         lines = []
-        for key, value in self.stats().items():
+        for key, value in info.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             name = f"engram_{key}"
             lines += [f"# TYPE {name} gauge", f"{name} {value}"]
-        info = self.stats()
         lines.append(f'engram_info{{placement="{info["placement"]}",model="{info["model"]}",'
                      f'device="{info["device"]}"}} 1')
         return "\n".join(lines) + "\n"
