@@ -31,7 +31,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
   $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
 
-.PHONY: venv test lint bench bench-harness bench-offload serve summary export clean
+.PHONY: venv test lint bench bench-harness bench-offload cuda-check serve summary export clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,13 @@ bench-harness: $(STAMP)
 
 bench-offload: $(STAMP)
 	$(BIN)/python benchmarks/offload.py
+
+# On a CUDA machine (TORCH=<a CUDA build>): placement equivalence and a short offload run.
+cuda-check: $(STAMP)
+	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else \
+	  'cuda-check needs a CUDA device and a CUDA build of torch (make TORCH=torch ...)')"
+	ENGRAM_TEST_DEVICE=cuda $(BIN)/python -m pytest tests/runners/test_engine.py
+	$(BIN)/python benchmarks/offload.py --levels 1,8 --rounds 1 --tokens 32
 
 serve: $(STAMP)
 	$(BIN)/engram-bench serve --device $(DEVICE) $(if $(PLACEMENT),--placement $(PLACEMENT)) \

@@ -19,11 +19,12 @@ import numpy as np
 from runners.engram.runtime import Runtime, ServerOptions
 from runners.engram.scheduler import SamplingParams, Sequence
 
-CASES = [  # label, placement, io, page-cache / row-cache budget in GiB (None: free RAM)
-    ("device", "device", "mmap", None),
-    ("host", "host", "mmap", None),
-    ("nvme mmap (warm)", "nvme", "mmap", None),
-    ("nvme direct (cache 64 MiB)", "nvme", "direct", 1 / 16),
+CASES = [  # label, placement, io, page-cache / row-cache budget in GiB (None: free RAM), prefetch
+    ("device", "device", "mmap", None, True),
+    ("host", "host", "mmap", None, True),
+    ("nvme mmap (warm)", "nvme", "mmap", None, True),
+    ("nvme direct (cache 64 MiB)", "nvme", "direct", 1 / 16, True),
+    ("nvme direct, no prefetch", "nvme", "direct", 1 / 16, False),
 ]
 
 
@@ -68,15 +69,21 @@ def main() -> int:
     parser.add_argument("--table-gib", type=float, default=2.0)
     parser.add_argument("--levels", default="1,4,8")
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3, help="repeats of each level")
+    parser.add_argument("--cases", default="", help="comma-separated labels' first words")
     args = parser.parse_args()
     levels = [int(c) for c in args.levels.split(",")]
     bandwidth = measure_bandwidth()
     rows = []
     table = Path("results/tables") / f"{args.preset}-{args.table_gib:g}gib.bin"
-    for label, placement, io, budget in CASES:
+    wanted = [w for w in args.cases.split(",") if w]
+    for label, placement, io, budget, prefetch in CASES:
+        if wanted and label.split()[0] not in wanted and label not in wanted:
+            continue
         options = ServerOptions(preset=args.preset, placement=placement, io_mode=io,
                                 table_gib=args.table_gib, table_path=table,
                                 page_cache_gib=budget, max_running=max(levels),
+                                prefetch=prefetch,
                                 results_dir=Path("results"))
         started = time.perf_counter()
         runtime = Runtime(options)
@@ -85,7 +92,7 @@ def main() -> int:
         run_level(runtime, max(levels), 8)  # warm-up: compiles, touches pages
         for c in levels:
             before = runtime.stats()
-            tps = run_level(runtime, c, args.tokens)
+            tps = [t for _ in range(args.rounds) for t in run_level(runtime, c, args.tokens)]
             after = runtime.stats()
             step = after["step_ms"] - before["step_ms"]
             stall = after["stall_ms"] - before["stall_ms"]

@@ -114,7 +114,7 @@ class EngramLM(nn.Module):
                 span = int(lengths.max())
                 keys = cache.k[i, slots, :span].transpose(1, 2)  # [B, H, S, D]
                 vals = cache.v[i, slots, :span].transpose(1, 2)
-                mask = torch.arange(span)[None, :] < lengths[:, None]
+                mask = torch.arange(span, device=pos.device)[None, :] < lengths[:, None]
                 att = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals,
                                                      attn_mask=mask[:, None, None, :])
                 att = att.reshape(n_tok, cfg.d_model)
@@ -129,7 +129,7 @@ class EngramLM(nn.Module):
 
 def _prefix_mask(pos: torch.Tensor, span: int) -> torch.Tensor:
     """Causal mask for a prefill that continues an existing prefix (positions pos)."""
-    return torch.arange(span)[None, :] <= pos[:, None]
+    return torch.arange(span, device=pos.device)[None, :] <= pos[:, None]
 
 
 class KVCache:

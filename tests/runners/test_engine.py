@@ -1,5 +1,6 @@
 """The engine on the `tiny` preset: identical greedy tokens under every placement."""
 
+import os
 import threading
 
 import pytest
@@ -13,7 +14,8 @@ from runners.engram.model import load_model
 from runners.engram.scheduler import SamplingParams, Sequence
 from runners.engram.table_store import open_store
 
-CPU = torch.device("cpu")
+# `make cuda-check` runs these on CUDA; everywhere else they run on the CPU.
+CPU = torch.device(os.environ.get("ENGRAM_TEST_DEVICE", "cpu"))
 
 
 @pytest.fixture(scope="module")
