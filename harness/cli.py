@@ -24,6 +24,7 @@ from harness.report import (
 )
 from harness.store import DEFAULT_DB, Store, StoreError
 from harness.target import TargetError
+from runners import sizing as sizing_mod
 from runners.profiles import PROFILES, UnknownDevice, profile
 
 EXIT_USAGE = 2
@@ -103,6 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--db", type=Path, default=DEFAULT_DB)
 
     sub.add_parser("devices", help="list the device profiles")
+
+    sizing = sub.add_parser("sizing", help="what must fit where, and whether it fits")
+    sizing.add_argument("--model", required=True, help=f"one of {', '.join(sizing_mod.MODELS)}")
+    sizing.add_argument("--device", required=True, help=f"one of {', '.join(sizing_mod.DEVICES)}")
+    sizing.add_argument("--nodes", type=_positive_int, default=1)
+    sizing.add_argument("--placement", choices=("device", "host", "nvme"),
+                        help="judge this placement only (default: in memory, else offloaded)")
+    sizing.add_argument("--context", type=_positive_int, help="tokens of context per request")
+    sizing.add_argument("--concurrency", type=_positive_int, help="requests at once")
+    sizing.add_argument("--set", action="append", default=[], metavar="FIGURE=VALUE",
+                        help="override any figure, e.g. --set kv_pool_gb=18 --set table_gb=60")
+    sizing.add_argument("--json", action="store_true")
     sub.add_parser("serve", help="start the bundled Engram server (see `serve --help`)",
                    add_help=False)
     return parser
@@ -211,7 +224,49 @@ def cmd_devices(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "summary": cmd_summary, "capacity": cmd_capacity,
+def _overrides(pairs: list[str]) -> dict[str, float]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UserError(f"--set takes FIGURE=NUMBER, not {pair!r}")
+    return out
+
+
+def cmd_sizing(args: argparse.Namespace, console: Console) -> int:
+    try:
+        report = sizing_mod.size(args.model, args.device, args.nodes, args.placement,
+                                 args.context, args.concurrency, _overrides(args.set))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    console.print(f"{report['model']} on {report['nodes']} x {report['device']} "
+                  f"({report['memory_gb_per_node']:g} GB per node"
+                  f"{', unified with the CPU' if report['unified_memory'] else ''}): "
+                  f"[bold]{report['verdict']}[/] with the table on {report['placement']}",
+                  highlight=False)
+    for name, gb in report["required_items_gb"].items():
+        console.print(f"  {name:<24} {gb:>8.2f} GB", highlight=False)
+    console.print(f"  {'required per node':<24} {report['required_gb']:>8.2f} GB "
+                  f"(in memory: {report['in_memory_required_gb']:.2f}, offloaded: "
+                  f"{report['offloaded_required_gb']:.2f})", highlight=False)
+    if report["offload_gb"]:
+        console.print(f"  offload tier per node    {report['offload_gb']:>8.2f} GB over "
+                      f"{report['offload_link']}: {report['offload_bytes_per_token']} B/token "
+                      f"read ({report['offload_tier_bytes_per_token']} B moved), "
+                      f"{report['offload_us_per_token']} us/token", highlight=False)
+    console.print(f"  decode ceiling (upper bound, bandwidth / active bytes): "
+                  f"{report['decode_ceiling_tps_upper_bound']} tok/s", highlight=False)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "sizing": cmd_sizing, "summary": cmd_summary, "capacity": cmd_capacity,
             "export": cmd_export, "devices": cmd_devices}
 
 

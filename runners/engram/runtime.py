@@ -16,6 +16,7 @@ from runners.engram.model import load_model
 from runners.engram.serving import Serving
 from runners.engram.table_store import IO_MODES, PLACEMENTS, TableStore, open_store
 from runners.engram.tokenizer import EngramTokenizer
+from runners.sizing import fits_placement
 
 GIB = 2**30
 
@@ -59,7 +60,7 @@ def free_ram_bytes() -> int:
 
 def check_fits(placement: str, table_bytes: int, budget_bytes: int, budget_source: str) -> None:
     """Refuse, before allocating, a table that its placement's memory cannot hold."""
-    if placement in ("device", "host") and table_bytes > budget_bytes:
+    if not fits_placement(placement, table_bytes, budget_bytes):
         raise ServerConfigError(
             f"a {table_bytes / GIB:.1f} GiB table does not fit --placement {placement}: the "
             f"memory budget is {budget_bytes / GIB:.1f} GiB ({budget_source}); "
