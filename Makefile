@@ -29,7 +29,8 @@ endif
 BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
   $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
-  $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
+  $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY)) \
+  $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-gb $(TABLE_GB))
 
 .PHONY: venv test lint bench bench-harness bench-offload cuda-check serve summary export clean
 

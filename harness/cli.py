@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -25,6 +29,7 @@ from harness.report import (
 from harness.store import DEFAULT_DB, Store, StoreError
 from harness.target import TargetError
 from runners import sizing as sizing_mod
+from runners.lifecycle import BundledServer, ServerStartError
 from runners.profiles import PROFILES, UnknownDevice, profile
 
 EXIT_USAGE = 2
@@ -70,8 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model name (default: the server's first model)")
     run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
     run.add_argument("--api", choices=tuple(API_PATHS), default="chat")
-    run.add_argument("--device", help=f"device profile or label: {', '.join(PROFILES)}")
-    run.add_argument("--placement", default="", help="table placement label of the target")
+    run.add_argument("--device", help=f"device profile: {', '.join(PROFILES)}; without --url "
+                     "the bundled server is started as that device would hold its table")
+    run.add_argument("--placement", default="",
+                     help="table placement: of the bundled server, or a label for --url")
+    run.add_argument("--io", choices=("mmap", "direct"), help="bundled server: nvme I/O mode")
+    run.add_argument("--table-gb", type=float, help="bundled server: table size in GiB")
+    run.add_argument("--preset", default="qwen-mini", help="bundled server: model preset")
     run.add_argument("--engine", default="", help="engine label (default: detected)")
     run.add_argument("--levels", type=_levels, help="concurrency levels, e.g. 1,2,4,8")
     run.add_argument("--rounds", type=_positive_int, default=10)
@@ -138,26 +148,53 @@ def _config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str 
         stored = json.loads(run["config"])
         stored.pop("prompt_words", None)
         stored["levels"] = tuple(stored["levels"])
+        stored["server_args"] = tuple(stored.get("server_args", ()))
         if args.url:
-            stored["url"] = args.url
+            stored["url"], stored["server_args"] = args.url, ()
         return RunConfig(**stored), run["run_id"]
+    levels = args.levels or DEFAULT_LEVELS
+    placement = args.placement
+    server_args: tuple[str, ...] = ()
     if not args.url:
-        if args.device:
-            profile(args.device)
-            raise UserError(
-                "the bundled Engram server is not available yet: pass --url of an "
-                "OpenAI-compatible server (--device then only labels the run)"
-            )
-        raise UserError("give --url of an OpenAI-compatible server, e.g. "
-                        "--url http://127.0.0.1:8000/v1")
+        if not args.device:
+            raise UserError("give --device to sweep the bundled Engram server, or --url of an "
+                            "OpenAI-compatible server, e.g. --url http://127.0.0.1:8000/v1")
+        prof = profile(args.device)
+        levels = args.levels or prof.default_levels
+        placement = placement or prof.table_placement
+        server_args = ("--device", prof.name, "--preset", args.preset, "--placement", placement,
+                       *(("--io", args.io) if args.io else ()),
+                       *(("--table-size-gb", f"{args.table_gb:g}") if args.table_gb else ()))
     config = RunConfig(
-        url=args.url, model=args.model or "", api=args.api,
-        levels=args.levels or DEFAULT_LEVELS, rounds=args.rounds, mode=args.mode,
-        input_tokens=args.input_tokens, output_tokens=args.output_tokens,
-        timeout_s=args.timeout, warmup=args.warmup, seed=args.seed, label=args.label,
-        device=args.device or "", engine=args.engine, table_placement=args.placement,
+        url=args.url or "", model=args.model or "", api=args.api, levels=levels,
+        rounds=args.rounds, mode=args.mode, input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens, timeout_s=args.timeout, warmup=args.warmup,
+        seed=args.seed, label=args.label, device=args.device or "", engine=args.engine,
+        table_placement=placement, server_args=server_args,
     )
     return config, None
+
+
+@contextlib.contextmanager
+def _target(config: RunConfig, console: Console) -> Iterator[str]:
+    """The URL to sweep: the given one, or a bundled server started (and stopped) here."""
+    if not config.server_args:
+        yield config.url
+        return
+    console.print(f"starting the bundled Engram server: {' '.join(config.server_args)}",
+                  highlight=False)
+    with BundledServer(config.server_args) as server:
+        console.print(f"bundled server up at {server.url} (log {server.log_path})",
+                      highlight=False)
+        yield server.url
+
+
+def _interrupt_on_sigterm() -> None:
+    """`kill` of a bench behaves like Ctrl-C: the run is marked aborted, the server stopped."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -168,11 +205,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     store = Store(args.db)
     store.initialise()
     config, resume_id = _config_for(args, store)
-    endpoint = Endpoint(config.url, config.api, args.api_key)
-    progress = LevelProgress(enabled=not args.no_progress)
     run_id = resume_id or new_run_id()
+    progress = LevelProgress(enabled=not args.no_progress)
+    status = Console(stderr=True)
+    _interrupt_on_sigterm()
     try:
-        aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id)))
+        with _target(config, status) as url:
+            config = replace(config, url=url)
+            endpoint = Endpoint(config.url, config.api, args.api_key)
+            aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id)))
     except KeyboardInterrupt:
         progress.stop()
         print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "
@@ -285,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, console)
     except (UserError, ConfigError, EndpointError, StoreError, TargetError, CapacityCSVError,
-            UnknownDevice) as exc:
+            UnknownDevice, ServerStartError) as exc:
         print(f"engram-bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

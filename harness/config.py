@@ -45,6 +45,7 @@ class RunConfig:
     device: str = ""
     engine: str = ""
     table_placement: str = ""
+    server_args: tuple[str, ...] = ()  # set: the bundled server, started with these flags
 
     def __post_init__(self) -> None:
         if not self.levels or any(c < 1 for c in self.levels):
@@ -66,4 +67,5 @@ class RunConfig:
         """What is stored in runs.config (no secrets: the API key never is)."""
         data = asdict(self)
         data["levels"] = list(self.levels)
+        data["server_args"] = list(self.server_args)
         return data

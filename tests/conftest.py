@@ -66,11 +66,11 @@ def mock_process() -> Iterator[Callable[..., str]]:
 
 
 def run_cli(
-    *args: str, timeout: float = 120, env: dict | None = None
+    *args: str, timeout: float = 120, env: dict | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess:
     """`python -m harness ...` in a subprocess, as a user would run it."""
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        capture_output=True, text=True, timeout=timeout, cwd=cwd,
         env={**os.environ, **(env or {})},
     )

@@ -1,0 +1,110 @@
+"""`run --device ...`: the bundled server started, swept, recorded and always stopped."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.store import Store
+from tests.conftest import ROOT, run_cli
+
+TINY = ("--preset", "tiny", "--table-gb", "0.004", "--output-tokens", "4",
+        "--input-tokens", "32", "--no-progress")
+
+
+def servers_in(cwd: Path) -> list[int]:
+    """Bundled-server processes whose working directory is `cwd`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"runners.engram" in cmd and Path(os.readlink(entry / "cwd")) == cwd:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def wait_gone(cwd: Path, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while servers_in(cwd):
+        assert time.monotonic() < deadline, f"server left behind: {servers_in(cwd)}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(("device", "placement"), [("spark", "nvme"), ("rtx-pro-6000", "host"),
+                                                   ("b300", "device")])
+def test_device_profiles_start_the_server_with_their_placement(tmp_path, device, placement):
+    db = tmp_path / "b.duckdb"
+    proc = run_cli("run", "--device", device, "--levels", "1,2", "--rounds", "1", "--db",
+                   str(db), *TINY, "--json", cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["device"], summary["table_placement"], summary["engine"]) == (
+        device, placement, "engram-bench")
+    assert [lv["requests"] for lv in summary["levels"]] == [1, 2]
+    store = Store(db)
+    stats = store.server_stats(summary["run_id"])
+    assert [s["concurrency"] for s in stats] == [1, 2]
+    assert stats[0]["after"]["placement"] == placement
+    assert stats[0]["after"]["bytes_per_token"] == 2560
+    assert store.run(summary["run_id"])["status"] == "complete"
+    assert list((tmp_path / "results" / "logs").glob("server-*.log"))
+    wait_gone(tmp_path)
+
+
+def test_ctrl_c_and_kill_leave_no_server_behind(tmp_path):
+    statuses = []
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        db = tmp_path / f"{sig.name}.duckdb"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "run", "--device", "cpu", "--levels", "1",
+             "--rounds", "1000", "--db", str(db), *TINY], cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not (db.exists() and Store(db).runs() and Store(db).done_rounds(
+                Store(db).runs()[-1]["run_id"])):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert servers_in(tmp_path)
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        assert proc.returncode == (130 if sig == signal.SIGINT else -9)
+        wait_gone(tmp_path)
+        statuses += [r["status"] for r in Store(db).runs()]
+    assert statuses == ["aborted", "running"]  # Ctrl-C marks it; a kill cannot
+
+
+def test_a_server_that_fails_to_start_gives_its_error_and_no_run(tmp_path):
+    tables = tmp_path / "results" / "tables"
+    tables.mkdir(parents=True)
+    (tables / "tiny-0.004gib.bin").write_bytes(b"something else entirely" * 100)
+    db = tmp_path / "b.duckdb"
+    proc = run_cli("run", "--device", "cpu", "--db", str(db), *TINY, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert "the bundled server exited with code 2" in proc.stderr
+    assert "not an Engram table file" in proc.stderr
+    assert Store(db).runs() == []
+    wait_gone(tmp_path)
+
+
+def test_make_bench_quick_on_a_fresh_checkout(tmp_path):
+    """The README's main command: profile -> bundled server -> sweep -> DuckDB -> summary."""
+    db = tmp_path / "bench.duckdb"
+    proc = subprocess.run(["make", "bench", "DEVICE=spark", "QUICK=1", f"DB={db}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Max C" in proc.stdout
+    run = Store(db).runs()[0]
+    assert (run["device"], run["table_placement"], run["status"]) == ("spark", "nvme",
+                                                                      "complete")
+    assert run["levels"] == [1, 2] and run["rounds"] == 2
+    assert Store(db).server_stats(run["run_id"])
