@@ -9,10 +9,11 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
 from harness import aio
 from harness.config import DEFAULT_LEVELS, MODES, ConfigError, RunConfig, parse_levels
@@ -28,6 +29,7 @@ from harness.report import (
 )
 from harness.store import DEFAULT_DB, Store, StoreError
 from harness.target import TargetError
+from runners import recipes
 from runners import sizing as sizing_mod
 from runners.lifecycle import BundledServer, ServerStartError
 from runners.profiles import PROFILES, UnknownDevice, profile
@@ -113,7 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, default=Path("results/exports"))
     export.add_argument("--db", type=Path, default=DEFAULT_DB)
 
-    sub.add_parser("devices", help="list the device profiles")
+    recipe = sub.add_parser("recipe", help="launch command of a published vLLM/SGLang setup")
+    recipe.add_argument("--engine", required=True, choices=("vllm", "sglang"))
+    recipe.add_argument("--model", required=True)
+    recipe.add_argument("--device", required=True)
+    recipe.add_argument("--nodes", type=_positive_int)
+    recipe.add_argument("--port", type=_positive_int, default=8000)
+
+    devices = sub.add_parser("devices", help="list the device profiles")
+    devices.add_argument("--json", action="store_true")
 
     sizing = sub.add_parser("sizing", help="what must fit where, and whether it fits")
     sizing.add_argument("--model", required=True, help=f"one of {', '.join(sizing_mod.MODELS)}")
@@ -256,12 +266,31 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_recipe(args: argparse.Namespace, console: Console) -> int:
+    try:
+        print(recipes.render(recipes.find(args.engine, args.model, args.device, args.nodes),
+                             args.port))
+    except recipes.RecipeError as exc:
+        raise UserError(str(exc)) from None
+    return 0
+
+
 def cmd_devices(args: argparse.Namespace, console: Console) -> int:
+    if args.json:
+        print(json.dumps({name: asdict(p) for name, p in PROFILES.items()}))
+        return 0
+    table = Table(title="device profiles (runners/data/devices.toml)", title_justify="left")
+    for column in ("profile", "memory", "bandwidth", "offload link", "table", "running",
+                   "default levels"):
+        table.add_column(column)
     for p in PROFILES.values():
-        levels = ",".join(map(str, p.default_levels))
-        console.print(f"{p.name:<13} table {p.table_placement:<6} "
-                      f"running {p.max_running_requests:<3} levels {levels:<20} {p.memory_design}",
-                      highlight=False)
+        memory = f"{p.memory_gb:g} GB {'unified' if p.unified else 'GPU'}"
+        table_at = p.table_placement + (f" ({p.io_mode}, page cache {p.page_cache_budget_gib:g} "
+                                        "GiB)" if p.page_cache_budget_gib else "")
+        table.add_row(f"{p.name}\n{p.description}", memory, f"{p.bandwidth_gbs:g} GB/s",
+                      p.link, table_at, str(p.max_running_requests),
+                      ",".join(map(str, p.default_levels)))
+    console.print(table)
     return 0
 
 
@@ -307,8 +336,9 @@ def cmd_sizing(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "sizing": cmd_sizing, "summary": cmd_summary, "capacity": cmd_capacity,
-            "export": cmd_export, "devices": cmd_devices}
+COMMANDS = {"run": cmd_run, "summary": cmd_summary, "capacity": cmd_capacity,
+            "export": cmd_export, "devices": cmd_devices, "sizing": cmd_sizing,
+            "recipe": cmd_recipe}
 
 
 def serve(argv: list[str]) -> int:

@@ -1,35 +1,51 @@
-"""Device profiles (DESIGN.md): where each device keeps the Engram table and its serving limits."""
+"""Device profiles, read from data/devices.toml: memory design, bandwidth, link, where the
+table goes, serving limits and default levels. The sizing arithmetic uses the same records."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+DEVICES_FILE = Path(__file__).parent / "data" / "devices.toml"
 
 
 @dataclass(slots=True, frozen=True)
 class DeviceProfile:
     name: str
+    description: str
     memory_design: str
+    memory_gb: float  # per node: GPU memory, or the unified pool
+    unified: bool  # CPU and GPU share the pool (OS, page cache and model compete)
+    bandwidth_gbs: float
+    link: str  # to the offload tier
+    link_gbs: float
+    host_ram_gb: float  # separate system RAM (0 for unified memory)
     table_placement: str  # device | host | nvme
     io_mode: str  # mmap | direct (nvme only)
-    page_cache_budget_gib: float | None
     max_running_requests: int
     default_levels: tuple[int, ...]
+    page_cache_budget_gib: float | None = None
+    os_reserve_gb: float = 0.0
+    runtime_overhead_gb: float = 2.0
+    activations_gb: float = 1.5
 
 
-PROFILES: dict[str, DeviceProfile] = {
-    p.name: p
-    for p in (
-        DeviceProfile("spark", "128 GB unified pool, 273 GB/s", "nvme", "mmap", 8.0, 8,
-                      (1, 2, 4, 8)),
-        DeviceProfile("rtx-pro-6000",
-                      "96 GB GPU + separate host RAM, 1.79 TB/s, PCIe Gen5 x16",
-                      "host", "mmap", None, 16, (1, 2, 4, 8, 16, 32)),
-        DeviceProfile("b300", "8 GPUs, 8 TB/s each", "device", "mmap", None, 64,
-                      (1, 2, 4, 8, 16, 32, 64)),
-        DeviceProfile("cpu", "this machine's RAM and disk", "device", "mmap", None, 8,
-                      (1, 2, 4, 8)),
-    )
-}
+def load_profiles(path: Path = DEVICES_FILE) -> dict[str, DeviceProfile]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    known = {f.name for f in fields(DeviceProfile)}
+    profiles = {}
+    for name, entry in data.items():
+        unknown = set(entry) - known
+        if unknown:
+            raise ValueError(f"{path}: profile {name} has unknown keys {sorted(unknown)}")
+        entry = {**entry, "default_levels": tuple(entry["default_levels"])}
+        profiles[name] = DeviceProfile(name=name, **entry)
+    return profiles
+
+
+PROFILES: dict[str, DeviceProfile] = load_profiles()
 
 
 class UnknownDevice(ValueError):

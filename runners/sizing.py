@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from runners.profiles import PROFILES, DeviceProfile
+
 GB = 1e9
 GIB = 2**30
 
@@ -34,21 +36,6 @@ class ModelSpec:
     @property
     def other_weights_gb(self) -> float:
         return self.checkpoint_gb - self.table_gb
-
-
-@dataclass(slots=True, frozen=True)
-class DeviceSpec:
-    name: str
-    memory_gb: float  # per node: GPU memory, or the unified pool
-    unified: bool  # CPU and GPU share the pool (OS, page cache and model compete)
-    bandwidth_gbs: float  # memory bandwidth per node
-    link: str
-    link_gbs: float  # to the offload tier: PCIe per direction, or NVMe read
-    host_ram_gb: float  # separate system RAM per node (0 for unified)
-    default_placement: str  # where the published deployment kept the table offloaded
-    os_reserve_gb: float = 0.0  # default estimate; unified pools only
-    runtime_overhead_gb: float = 2.0  # default estimate: CUDA context, graphs, allocator slack
-    activations_gb: float = 1.5  # default estimate
 
 
 @dataclass(slots=True, frozen=True)
@@ -73,16 +60,7 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 
-DEVICES: dict[str, DeviceSpec] = {
-    d.name: d
-    for d in (
-        DeviceSpec("spark", 128.0, True, 273.0, "NVMe (memory-mapped file)", 7.0, 0.0, "nvme",
-                   os_reserve_gb=8.0),
-        DeviceSpec("rtx-pro-6000", 96.0, False, 1790.0, "PCIe Gen5 x16", 64.0, 128.0, "host"),
-        DeviceSpec("b300", 288.0, False, 8000.0, "PCIe Gen6 x16", 128.0, 2048.0, "host"),
-        DeviceSpec("cpu", 24.0, True, 19.6, "local disk", 1.0, 0.0, "nvme", os_reserve_gb=2.0),
-    )
-}
+DEVICES = PROFILES  # one record per device, shared with the bench (devices.toml)
 
 # Published serving pools (KV + recurrent state per node), keyed by (model, device).
 PUBLISHED_POOLS_GB = {
@@ -105,17 +83,17 @@ def model_spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def device_spec(name: str) -> DeviceSpec:
+def device_spec(name: str) -> DeviceProfile:
     if name not in DEVICES:
         raise SizingError("device", name, list(DEVICES))
     return DEVICES[name]
 
 
-def default_workload(model: ModelSpec, device: DeviceSpec) -> Workload:
+def default_workload(model: ModelSpec, device: DeviceProfile) -> Workload:
     pool = PUBLISHED_POOLS_GB.get((model.name, device.name), DEFAULT_POOL_GB)
     cache = PUBLISHED_PAGE_CACHE_GB.get((model.name, device.name), 0.0)
-    if device.unified and not cache:
-        cache = min(8 * GIB / GB, model.table_gb)
+    if device.unified and not cache and device.page_cache_budget_gib:
+        cache = min(device.page_cache_budget_gib * GIB / GB, model.table_gb)
     return Workload(kv_pool_gb=pool, page_cache_gb=cache)
 
 
@@ -136,7 +114,7 @@ class Budget:
         return sum(self.offload_items.values())
 
 
-def budget(model: ModelSpec, device: DeviceSpec, nodes: int, placement: str,
+def budget(model: ModelSpec, device: DeviceProfile, nodes: int, placement: str,
            work: Workload, context: int | None = None,
            concurrency: int | None = None) -> Budget:
     if placement not in ("device", "host", "nvme"):
@@ -168,7 +146,7 @@ def _override(obj, overrides: dict):
     return replace(obj, **mine) if mine else obj
 
 
-def _offload_tier_holds(device: DeviceSpec, b: Budget) -> bool:
+def _offload_tier_holds(device: DeviceProfile, b: Budget) -> bool:
     if b.placement == "host":
         return not device.unified and device.host_ram_gb >= b.offload_gb
     return True  # nvme: disks are sized in TB; checked at run time by the server
@@ -197,7 +175,8 @@ def size(model_name: str, device_name: str, nodes: int = 1, placement: str | Non
             b.placement == "device" or _offload_tier_holds(device, b))
 
     in_memory = budget(model, device, nodes, "device", work, context, concurrency)
-    offload_placement = placement if placement in ("host", "nvme") else device.default_placement
+    default_offload = device.table_placement if device.table_placement != "device" else "host"
+    offload_placement = placement if placement in ("host", "nvme") else default_offload
     offloaded = budget(model, device, nodes, offload_placement, work, context, concurrency)
     if placement is None:
         chosen = in_memory if holds(in_memory) else offloaded

@@ -108,3 +108,17 @@ def test_make_bench_quick_on_a_fresh_checkout(tmp_path):
                                                                       "complete")
     assert run["levels"] == [1, 2] and run["rounds"] == 2
     assert Store(db).server_stats(run["run_id"])
+
+
+def test_make_bench_drives_an_external_endpoint(mock_process, tmp_path):
+    url = mock_process("--ttft-ms", "5", "--itl-ms", "1")
+    db = tmp_path / "bench.duckdb"
+    proc = subprocess.run(["make", "bench", f"URL={url}", "MODEL=mock-model",
+                           "DEVICE=rtx-pro-6000", "PLACEMENT=host", "QUICK=1", f"DB={db}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = Store(db).runs()[0]
+    assert (run["device"], run["engine"], run["table_placement"], run["target_url"]) == (
+        "rtx-pro-6000", "mock", "host", url)
+    assert len(Store(db).requests(run["run_id"])) == 1 * 2 + 2 * 2
+    assert not servers_in(ROOT)  # no bundled server was started for an external URL
