@@ -3,7 +3,8 @@
 Drives the engine directly (no HTTP, so only the table placement differs) and prints mean TPS
 per request, the ratio to `device`, the stall fraction of step time and the Engram bytes per
 token. nvme/mmap runs warm (a pass first touches its pages); nvme/direct runs with a row cache
-far smaller than the table, so rows keep coming from disk.
+far smaller than the table, so rows keep coming from disk. All placements are loaded at
+once and measured in turn, round by round, so drift of a shared machine hits them alike.
 """
 
 from __future__ import annotations
@@ -74,33 +75,41 @@ def main() -> int:
     args = parser.parse_args()
     levels = [int(c) for c in args.levels.split(",")]
     bandwidth = measure_bandwidth()
-    rows = []
     table = Path("results/tables") / f"{args.preset}-{args.table_gib:g}gib.bin"
     wanted = [w for w in args.cases.split(",") if w]
-    for label, placement, io, budget, prefetch in CASES:
-        if wanted and label.split()[0] not in wanted and label not in wanted:
-            continue
+    cases = [c for c in CASES if not wanted or c[0].split()[0] in wanted or c[0] in wanted]
+    runtimes = {}
+    for label, placement, io, budget, prefetch in cases:  # all loaded at once ...
         options = ServerOptions(preset=args.preset, placement=placement, io_mode=io,
                                 table_gib=args.table_gib, table_path=table,
                                 page_cache_gib=budget, max_running=max(levels),
-                                prefetch=prefetch,
-                                results_dir=Path("results"))
+                                prefetch=prefetch, results_dir=Path("results"))
         started = time.perf_counter()
         runtime = Runtime(options)
-        load_s = time.perf_counter() - started
+        runtimes[label] = (runtime, time.perf_counter() - started)
         runtime.start()
-        run_level(runtime, max(levels), 8)  # warm-up: compiles, touches pages
-        for c in levels:
-            before = runtime.stats()
-            tps = [t for _ in range(args.rounds) for t in run_level(runtime, c, args.tokens)]
-            after = runtime.stats()
-            step = after["step_ms"] - before["step_ms"]
-            stall = after["stall_ms"] - before["stall_ms"]
-            tokens = after["tokens"] - before["tokens"]
-            read = after["engram_bytes_read"] - before["engram_bytes_read"]
-            rows.append((label, c, statistics.fmean(tps), stall / step, read / tokens,
-                         load_s))
-        weight_bytes = runtime.weight_bytes
+        run_level(runtime, max(levels), 8)  # warm-up: first-call costs, touches pages
+    results: dict[tuple[str, int], dict] = {}
+    for c in levels:  # ... and interleaved, so machine noise spreads over every placement
+        for _ in range(args.rounds):
+            for label, (runtime, _) in runtimes.items():
+                before = runtime.stats()
+                tps = run_level(runtime, c, args.tokens)
+                after = runtime.stats()
+                acc = results.setdefault((label, c), {"tps": [], "step": 0.0, "stall": 0.0,
+                                                      "tokens": 0, "read": 0})
+                acc["tps"] += tps
+                acc["step"] += after["step_ms"] - before["step_ms"]
+                acc["stall"] += after["stall_ms"] - before["stall_ms"]
+                acc["tokens"] += after["tokens"] - before["tokens"]
+                acc["read"] += after["engram_bytes_read"] - before["engram_bytes_read"]
+    weight_bytes = next(iter(runtimes.values()))[0].weight_bytes
+    rows = []
+    for (label, c), acc in results.items():
+        rows.append((label, c, statistics.fmean(acc["tps"]), acc["stall"] / acc["step"],
+                     acc["read"] / acc["tokens"], runtimes[label][1]))
+    rows.sort(key=lambda r: ([x[0] for x in cases].index(r[0]), r[1]))
+    for runtime, _ in runtimes.values():
         runtime.close()
     floor_ms = weight_bytes / bandwidth * 1000
     device_tps = {c: tps for label, c, tps, *_ in rows if label == "device"}
