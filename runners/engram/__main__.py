@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key")
     p.add_argument("--max-running", type=int, help="default: the profile's")
+    p.add_argument("--threads", type=int,
+                   help="CPU compute threads (default: all cores but one, which is left to the "
+                        "HTTP loop, the table gathers and a load generator on the same host)")
     return p
 
 
@@ -34,11 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownDevice as exc:
         print(f"engram-bench serve: error: {exc}", file=sys.stderr)
         return 2
+    import torch
     import uvicorn
 
     from runners.engram.api import create_app
     from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
 
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 2) - 1))
     try:
         options = ServerOptions(
             preset=args.preset, placement=args.placement or prof.table_placement,
