@@ -32,13 +32,13 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY)) \
   $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-gb $(TABLE_GB))
 
-.PHONY: venv test lint bench bench-harness bench-offload cuda-check serve summary export clean
+.PHONY: venv test lint bench bench-harness bench-offload bench-explorer cuda-check serve explore summary export clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev,server]'
+	$(BIN)/python -m pip install -q -e '.[dev,server,explorer]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -68,6 +68,14 @@ cuda-check: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/engram-bench serve --device $(DEVICE) $(if $(PLACEMENT),--placement $(PLACEMENT)) \
 	  $(if $(TABLE_GB),--table-size-gb $(TABLE_GB))
+
+PORT ?= 8501
+explore: $(STAMP)
+	ENGRAM_BENCH_DB=$(DB) $(BIN)/streamlit run explorer/app.py --server.headless true \
+	  --server.address 127.0.0.1 --server.port $(PORT) --browser.gatherUsageStats false
+
+bench-explorer: $(STAMP)
+	$(BIN)/python benchmarks/explorer_pages.py
 
 summary: $(STAMP)
 	$(BIN)/engram-bench summary $(if $(RUN),$(RUN),latest) --db $(DB)

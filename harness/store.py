@@ -159,6 +159,10 @@ class Store:
         finally:
             con.close()
 
+    def read_only(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """A short read-only connection (retried while a writer holds the file)."""
+        return self._connect(read_only=True)
+
     # -- writes ------------------------------------------------------------------------------
 
     def create_run(self, run_id: str, fields: dict) -> None:

@@ -1,0 +1,1 @@
+"""Streamlit + Plotly explorer over the DuckDB results: runs, compare, capacity, sizing."""

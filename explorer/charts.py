@@ -1,0 +1,121 @@
+"""Pure chart builders: DataFrame in, plotly Figure out (no Streamlit, no I/O)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+           "#17becf"]
+
+
+def _log2_axis(fig: go.Figure, values: pd.Series) -> None:
+    ticks = sorted({int(v) for v in values.dropna()})
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks],
+                     title="concurrency C")
+
+
+def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
+                passing: set[tuple[str, int]], y_title: str, labels: dict[str, str]
+                ) -> go.Figure:
+    """One line per run; filled markers where the level meets every target, hollow where not."""
+    fig = go.Figure()
+    for i, (run_id, frame) in enumerate(levels.groupby("run_id", sort=False)):
+        frame = frame.sort_values("concurrency")
+        ok = [(run_id, int(c)) in passing for c in frame["concurrency"]]
+        color = PALETTE[i % len(PALETTE)]
+        published = "source" in frame and (frame["source"] == "published").all()
+        fig.add_trace(go.Scatter(
+            x=frame["concurrency"], y=frame[y], mode="lines+markers",
+            name=labels.get(run_id, run_id),
+            line={"color": color, "dash": "dot" if published else "solid"},
+            marker={"size": 11, "color": color, "line": {"color": color, "width": 2},
+                    "symbol": ["circle" if p else "circle-open" for p in ok]},
+            customdata=[["passes" if p else "fails"] for p in ok],
+            hovertemplate="C=%{x}<br>%{y:.1f}<br>%{customdata[0]}<extra>%{fullData.name}"
+                          "</extra>",
+        ))
+    fig.add_hline(y=target, line={"color": "grey", "dash": "dash"},
+                  annotation_text=target_label, annotation_position="top left")
+    _log2_axis(fig, levels["concurrency"])
+    fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 30, "b": 10}, height=420)
+    return fig
+
+
+def distribution(stats: pd.DataFrame, y_title: str) -> go.Figure:
+    """Per-level box plots from quantiles computed in SQL (min, q1, median, q3, max)."""
+    fig = go.Figure()
+    for row in stats.itertuples():
+        fig.add_trace(go.Box(
+            x=[str(row.concurrency)], q1=[row.q1], median=[row.med], q3=[row.q3],
+            lowerfence=[row.lo], upperfence=[row.hi], mean=[row.mean],
+            name=f"C={row.concurrency}", showlegend=False, boxpoints=False,
+        ))
+    fig.update_layout(xaxis_title="concurrency C", yaxis_title=y_title, height=360,
+                      margin={"t": 20, "b": 10})
+    return fig
+
+
+def first_vs_rest(frame: pd.DataFrame, y: str, y_title: str) -> go.Figure:
+    fig = go.Figure()
+    for name, part in frame.groupby("rounds"):
+        fig.add_trace(go.Bar(x=part["concurrency"].astype(str), y=part[y], name=str(name)))
+    fig.update_layout(barmode="group", xaxis_title="concurrency C", yaxis_title=y_title,
+                      height=320, margin={"t": 20, "b": 10})
+    return fig
+
+
+def percent_difference(levels: pd.DataFrame, baseline: str, labels: dict[str, str]
+                       ) -> tuple[go.Figure, pd.DataFrame]:
+    """Per-C difference of each run against the baseline run, in percent (TPS and TTFT)."""
+    base = levels[levels["run_id"] == baseline].set_index("concurrency")
+    rows = []
+    for run_id, frame in levels[levels["run_id"] != baseline].groupby("run_id", sort=False):
+        for row in frame.itertuples():
+            if row.concurrency not in base.index:
+                continue
+            ref = base.loc[row.concurrency]
+            rows.append({
+                "run_id": run_id, "concurrency": int(row.concurrency),
+                "tps_diff_pct": _pct(row.mean_tps, ref["mean_tps"]),
+                "ttft_diff_pct": _pct(row.mean_ttft_ms, ref["mean_ttft_ms"]),
+            })
+    diff = pd.DataFrame(rows, columns=["run_id", "concurrency", "tps_diff_pct",
+                                       "ttft_diff_pct"])
+    fig = go.Figure()
+    for i, (run_id, frame) in enumerate(diff.groupby("run_id", sort=False)):
+        color = PALETTE[(i + 1) % len(PALETTE)]
+        name = labels.get(run_id, run_id)
+        fig.add_trace(go.Bar(x=frame["concurrency"].astype(str), y=frame["tps_diff_pct"],
+                             name=f"TPS: {name}", marker_color=color))
+        fig.add_trace(go.Bar(x=frame["concurrency"].astype(str), y=frame["ttft_diff_pct"],
+                             name=f"TTFT: {name}", marker_color=color, opacity=0.45))
+    fig.add_hline(y=0, line={"color": "black", "width": 1})
+    fig.update_layout(barmode="group", xaxis_title="concurrency C",
+                      yaxis_title=f"difference vs {labels.get(baseline, baseline)} (%)",
+                      height=380, legend={"orientation": "h", "y": -0.3},
+                      margin={"t": 20, "b": 10})
+    return fig, diff
+
+
+def _pct(value: float, ref: float) -> float | None:
+    if value is None or ref is None or pd.isna(value) or pd.isna(ref) or ref == 0:
+        return None
+    return (value / ref - 1) * 100
+
+
+def sizing_budget(report: dict) -> go.Figure:
+    """Stacked bars: what each tier must hold per node, against the node's memory."""
+    fig = go.Figure()
+    tiers = ["GPU / unified memory", "host RAM / NVMe"]
+    for i, (name, gb) in enumerate(report["required_items_gb"].items()):
+        fig.add_trace(go.Bar(x=[tiers[0]], y=[gb], name=name,
+                             marker_color=PALETTE[i % len(PALETTE)]))
+    for name, gb in report["offload_items_gb"].items():
+        fig.add_trace(go.Bar(x=[tiers[1]], y=[gb], name=f"offloaded: {name}"))
+    fig.add_hline(y=report["memory_gb_per_node"], line={"color": "red", "dash": "dash"},
+                  annotation_text=f"{report['memory_gb_per_node']:g} GB per node")
+    fig.update_layout(barmode="stack", yaxis_title="GB per node", height=420,
+                      margin={"t": 30, "b": 10})
+    return fig

@@ -1,0 +1,107 @@
+"""What every page shares: the database, cached queries, run choosers, downloads, targets."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from explorer import data
+from harness.metrics import Targets
+
+MEASURED, PUBLISHED = "measured", "published"
+
+
+def database() -> tuple[Path, tuple[int, int] | None]:
+    path = data.db_path()
+    return path, data.file_version(path)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _runs(path: str, version: tuple | None) -> pd.DataFrame:
+    return data.runs(Path(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _levels(path: str, version: tuple | None, run_ids: tuple[str, ...]) -> pd.DataFrame:
+    return data.levels(Path(path), list(run_ids))
+
+
+@st.cache_data(show_spinner=False)
+def _published() -> tuple[pd.DataFrame, pd.DataFrame]:
+    return data.published_runs(), data.published_levels()
+
+
+def measured_runs() -> pd.DataFrame:
+    path, version = database()
+    return _runs(str(path), version)
+
+
+def published() -> tuple[pd.DataFrame, pd.DataFrame]:
+    return _published()
+
+
+def levels_for(run_ids: list[str]) -> pd.DataFrame:
+    """Levels of measured and published runs together; `source` tells them apart."""
+    path, version = database()
+    pub_runs, pub_levels = published()
+    names = set(pub_runs["run_id"])
+    measured = [r for r in run_ids if r not in names]
+    frames = []
+    if measured:
+        frame = _levels(str(path), version, tuple(measured)).copy()
+        if not frame.empty:
+            frame["source"] = MEASURED
+            frames.append(frame)
+    chosen = pub_levels[pub_levels["run_id"].isin(run_ids)]
+    if not chosen.empty:
+        frames.append(chosen)
+    if not frames:
+        return pd.DataFrame()
+    order = {r: i for i, r in enumerate(run_ids)}
+    out = pd.concat(frames, ignore_index=True)
+    return out.sort_values(["run_id", "concurrency"], key=lambda s: s.map(order)
+                           if s.name == "run_id" else s).reset_index(drop=True)
+
+
+def run_labels() -> dict[str, str]:
+    """Every selectable run: measured ones first (newest first), then the published ones."""
+    labels = {}
+    for row in measured_runs().to_dict("records"):
+        parts = [row["run_id"], row["device"] or "-", row["model"] or "-",
+                 f"table {row['table_placement'] or '-'}"]
+        if row["label"]:
+            parts.append(row["label"])
+        labels[row["run_id"]] = " · ".join(parts)
+    for run_id in published()[0]["run_id"]:
+        labels[run_id] = f"published · {run_id}"
+    return labels
+
+
+def empty_state() -> bool:
+    """True (after explaining how to make data) when there is no measured run to show."""
+    path, version = database()
+    if version is None or measured_runs().empty:
+        st.info(f"No measured runs in `{path}` yet. Make one with `make bench` (the bundled "
+                "Engram server) or `make bench URL=http://host:port/v1 MODEL=name`, or open "
+                "another file with `make explore DB=path`. The published reference runs are "
+                "on the **Published reference** page.")
+        return True
+    return False
+
+
+def targets() -> Targets:
+    """The targets set on the Capacity page (defaults: DESIGN.md)."""
+    return st.session_state.get("targets", Targets())
+
+
+def download(label: str, frame_fn, file_name: str, rows: int, key: str) -> None:
+    """A CSV download whose file is built only when clicked."""
+    st.download_button(f"{label} ({rows} rows)", data=partial(_csv, frame_fn),
+                       file_name=file_name, mime="text/csv", key=key, on_click="ignore")
+
+
+def _csv(frame_fn) -> bytes:
+    return data.to_csv(frame_fn())

@@ -1,0 +1,36 @@
+"""Targets, statistic and user factors as controls; Max C and users recomputed live."""
+
+import streamlit as st
+
+from explorer import data, ui
+from harness.metrics import STATISTICS, Targets
+
+st.title("Capacity")
+current = ui.targets()
+cols = st.columns(5)
+tps_min = cols[0].number_input("TPS per request >=", 0.0, 10_000.0, current.tps_min, 1.0)
+ttft_max = cols[1].number_input("TTFT (ms) <=", 1.0, 600_000.0, current.ttft_max_ms, 50.0)
+statistic = cols[2].selectbox("statistic", STATISTICS, STATISTICS.index(current.statistic),
+                              help="pNN: TTFT at pNN and TPS at p(100-NN); published runs "
+                                   "have means only")
+chat = cols[3].number_input("chat users per C", 0.0, 100.0, current.chat_factor, 0.5)
+agentic = cols[4].number_input("agentic users per C", 0.0, 100.0, current.agentic_factor, 0.5)
+targets = Targets(tps_min, ttft_max, statistic, chat, agentic)
+st.session_state["targets"] = targets
+
+labels = ui.run_labels()
+selected = st.multiselect("runs", list(labels), default=list(labels), format_func=labels.get,
+                          key="capacity_runs")
+levels = ui.levels_for(selected)
+table = data.capacity_table(levels, targets) if not levels.empty else None
+if table is None or table.empty:
+    st.info("Select runs to score.")
+else:
+    pub = ui.published()[0].set_index("run_id")
+    table.insert(1, "source", ["published" if r in pub.index else "measured"
+                               for r in table["run_id"]])
+    table["published_max_c"] = [pub["published_max_c"].get(r) if r in pub.index else None
+                                for r in table["run_id"]]
+    st.metric("best Max C", int(table["max_c"].max()))
+    st.dataframe(table, hide_index=True, use_container_width=True)
+    ui.download("Capacity CSV", lambda: table, "capacity.csv", len(table), "capacity_csv")

@@ -1,0 +1,37 @@
+"""Two or more runs overlaid, with the per-C difference against a baseline run."""
+
+import streamlit as st
+
+from explorer import charts, data, ui
+from harness.metrics import capacity
+
+st.title("Compare")
+labels = ui.run_labels()
+choices = list(labels)
+default = choices[:2]
+selected = st.multiselect("runs (the first is the baseline)", choices, default=default,
+                          format_func=labels.get, key="compare_runs")
+if len(selected) < 2:
+    st.info("Pick two or more runs; measured and published runs can be mixed.")
+else:
+    levels = ui.levels_for(selected)
+    targets = ui.targets()
+    caps = data.capacity_table(levels, targets)
+    passing = set()
+    for run_id, pts in data.points(levels, targets.statistic).items():
+        passing |= {(run_id, v.concurrency) for v in capacity(pts, targets).levels if v.passes}
+    left, right = st.columns(2)
+    left.plotly_chart(charts.metric_vs_c(
+        levels, "mean_ttft_ms", targets.ttft_max_ms, "TTFT target", passing, "mean TTFT (ms)",
+        labels), use_container_width=True)
+    right.plotly_chart(charts.metric_vs_c(
+        levels, "mean_tps", targets.tps_min, "TPS target", passing,
+        "mean TPS per request (tok/s)", labels), use_container_width=True)
+    fig, diff = charts.percent_difference(levels, selected[0], labels)
+    st.subheader(f"Difference against {labels[selected[0]]}")
+    st.plotly_chart(fig, use_container_width=True)
+    st.dataframe(diff, hide_index=True, use_container_width=True)
+    st.subheader("Capacity")
+    st.dataframe(caps, hide_index=True, use_container_width=True)
+    ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
+                "compare_levels")

@@ -1,0 +1,28 @@
+"""The published deployments (facts, not measurements), scored with the same rules."""
+
+import streamlit as st
+
+from explorer import charts, data, ui
+from harness.metrics import capacity
+
+st.title("Published reference")
+st.caption("Published figures from the shared reference, copied into results/reference/. "
+           "They are shown as *published* everywhere and never mixed with measured runs.")
+runs, levels = ui.published()
+targets = ui.targets()
+derived = data.capacity_table(levels, targets)
+table = runs.merge(derived, on="run_id", how="left")
+st.dataframe(table, hide_index=True, use_container_width=True)
+labels = {r: f"published · {r}" for r in runs["run_id"]}
+passing = set()
+for run_id, pts in data.points(levels, "mean").items():
+    passing |= {(run_id, v.concurrency) for v in capacity(pts, targets).levels if v.passes}
+left, right = st.columns(2)
+left.plotly_chart(charts.metric_vs_c(levels, "mean_ttft_ms", targets.ttft_max_ms,
+                                     "TTFT target", passing, "mean TTFT (ms)", labels),
+                  use_container_width=True)
+right.plotly_chart(charts.metric_vs_c(levels, "mean_tps", targets.tps_min, "TPS target",
+                                      passing, "mean TPS per request (tok/s)", labels),
+                   use_container_width=True)
+ui.download("Published levels CSV", lambda: levels, "published_levels.csv", len(levels),
+            "reference_levels")

@@ -1,0 +1,41 @@
+"""Every measured run with its C=1 figures, Max C and users; filters; CSV."""
+
+import streamlit as st
+
+from explorer import data, ui
+
+st.title("Runs")
+if not ui.empty_state():
+    runs = ui.measured_runs()
+    cols = st.columns(4)
+    chosen = {}
+    for col, field in zip(cols, ("device", "engine", "model", "status"), strict=True):
+        options = sorted(v for v in runs[field].dropna().unique() if v)
+        chosen[field] = col.multiselect(field, options, key=f"runs_{field}")
+    shown = runs
+    for field, values in chosen.items():
+        if values:
+            shown = shown[shown[field].isin(values)]
+    run_ids = list(shown["run_id"])
+    levels = ui.levels_for(run_ids)
+    targets = ui.targets()
+    cap = data.capacity_table(levels, targets)
+    c1 = (levels[levels["concurrency"] == 1][["run_id", "mean_tps", "mean_ttft_ms"]]
+          .rename(columns={"mean_tps": "tps_c1", "mean_ttft_ms": "ttft_c1_ms"})
+          if not levels.empty else None)
+    table = shown.merge(cap, on="run_id", how="left")
+    if c1 is not None:
+        table = table.merge(c1, on="run_id", how="left")
+    st.metric("runs shown", len(table))
+    st.caption(f"Max C and users at TPS >= {targets.tps_min:g}, TTFT <= "
+               f"{targets.ttft_max_ms:g} ms ({targets.statistic}); change them on Capacity.")
+    columns = [c for c in ("run_id", "started_at", "device", "engine", "model",
+                           "table_placement", "label", "status", "tps_c1", "ttft_c1_ms",
+                           "max_c", "chat_users", "agentic_users") if c in table]
+    st.dataframe(table[columns], hide_index=True, use_container_width=True)
+    path, _ = ui.database()
+    ui.download("Levels CSV", lambda: levels.drop(columns=["source"], errors="ignore"),
+                "levels.csv", len(levels), "runs_levels")
+    requests_rows = int(levels["requests"].sum()) if not levels.empty else 0
+    ui.download("Requests CSV", lambda: data.requests_frame(path, run_ids), "requests.csv",
+                requests_rows, "runs_requests")

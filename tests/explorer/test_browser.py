@@ -1,0 +1,64 @@
+"""The real app in headless Chromium (Debian's, installed by .ci/run): the Run page shows
+Max C of the fixture run; a screenshot is saved under the test's tmp dir."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port, wait_for_port
+from tests.explorer import fixtures
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture
+def served_app(tmp_path):
+    db = tmp_path / "bench.duckdb"
+    fixtures.build(db)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "explorer/app.py", "--server.headless",
+         "true", "--server.address", "127.0.0.1", "--server.port", str(port),
+         "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env={**os.environ, "ENGRAM_BENCH_DB": str(db)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port, 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_run_page_renders_max_c_in_chromium(served_app, tmp_path):
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does)")
+        pytest.skip("Debian's chromium is not installed here")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served_app + "/run", wait_until="domcontentloaded")
+        metric = page.locator('[data-testid="stMetric"]', has_text="Max C")
+        metric.wait_for(timeout=60_000)
+        deadline = time.monotonic() + 30
+        while "Max C2" not in metric.inner_text().replace("\n", "") and (
+                time.monotonic() < deadline):
+            time.sleep(0.2)
+        text = metric.inner_text().replace("\n", "")
+        page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+        shot = tmp_path / "run_page.png"
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert text == "Max C2"  # fixture-nvme, the newest run, passes C=1,2
+    assert shot.stat().st_size > 10_000
