@@ -32,5 +32,5 @@ else:
     table["published_max_c"] = [pub["published_max_c"].get(r) if r in pub.index else None
                                 for r in table["run_id"]]
     st.metric("best Max C", int(table["max_c"].max()))
-    st.dataframe(table, hide_index=True, use_container_width=True)
+    st.dataframe(table, hide_index=True, width="stretch")
     ui.download("Capacity CSV", lambda: table, "capacity.csv", len(table), "capacity_csv")

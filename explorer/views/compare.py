@@ -23,15 +23,15 @@ else:
     left, right = st.columns(2)
     left.plotly_chart(charts.metric_vs_c(
         levels, "mean_ttft_ms", targets.ttft_max_ms, "TTFT target", passing, "mean TTFT (ms)",
-        labels), use_container_width=True)
+        labels), width="stretch")
     right.plotly_chart(charts.metric_vs_c(
         levels, "mean_tps", targets.tps_min, "TPS target", passing,
-        "mean TPS per request (tok/s)", labels), use_container_width=True)
+        "mean TPS per request (tok/s)", labels), width="stretch")
     fig, diff = charts.percent_difference(levels, selected[0], labels)
     st.subheader(f"Difference against {labels[selected[0]]}")
-    st.plotly_chart(fig, use_container_width=True)
-    st.dataframe(diff, hide_index=True, use_container_width=True)
+    st.plotly_chart(fig, width="stretch")
+    st.dataframe(diff, hide_index=True, width="stretch")
     st.subheader("Capacity")
-    st.dataframe(caps, hide_index=True, use_container_width=True)
+    st.dataframe(caps, hide_index=True, width="stretch")
     ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
                 "compare_levels")

@@ -12,7 +12,7 @@ runs, levels = ui.published()
 targets = ui.targets()
 derived = data.capacity_table(levels, targets)
 table = runs.merge(derived, on="run_id", how="left")
-st.dataframe(table, hide_index=True, use_container_width=True)
+st.dataframe(table, hide_index=True, width="stretch")
 labels = {r: f"published · {r}" for r in runs["run_id"]}
 passing = set()
 for run_id, pts in data.points(levels, "mean").items():
@@ -20,9 +20,9 @@ for run_id, pts in data.points(levels, "mean").items():
 left, right = st.columns(2)
 left.plotly_chart(charts.metric_vs_c(levels, "mean_ttft_ms", targets.ttft_max_ms,
                                      "TTFT target", passing, "mean TTFT (ms)", labels),
-                  use_container_width=True)
+                  width="stretch")
 right.plotly_chart(charts.metric_vs_c(levels, "mean_tps", targets.tps_min, "TPS target",
                                       passing, "mean TPS per request (tok/s)", labels),
-                   use_container_width=True)
+                   width="stretch")
 ui.download("Published levels CSV", lambda: levels, "published_levels.csv", len(levels),
             "reference_levels")

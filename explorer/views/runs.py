@@ -32,7 +32,7 @@ if not ui.empty_state():
     columns = [c for c in ("run_id", "started_at", "device", "engine", "model",
                            "table_placement", "label", "status", "tps_c1", "ttft_c1_ms",
                            "max_c", "chat_users", "agentic_users") if c in table]
-    st.dataframe(table[columns], hide_index=True, use_container_width=True)
+    st.dataframe(table[columns], hide_index=True, width="stretch")
     path, _ = ui.database()
     ui.download("Levels CSV", lambda: levels.drop(columns=["source"], errors="ignore"),
                 "levels.csv", len(levels), "runs_levels")

@@ -32,7 +32,7 @@ cols[1].metric("required per node (GB)", f"{report['required_gb']:.1f}")
 cols[2].metric("offload tier per node (GB)", f"{report['offload_gb']:.1f}")
 cols[3].metric("decode ceiling (tok/s, upper bound)",
                f"{report['decode_ceiling_tps_upper_bound']:.0f}")
-st.plotly_chart(charts.sizing_budget(report), use_container_width=True)
+st.plotly_chart(charts.sizing_budget(report), width="stretch")
 if report["offload_gb"]:
     st.caption(f"Offload tier: {report['offload_bytes_per_token']} B read per token "
                f"({report['offload_tier_bytes_per_token']} B moved) over {report['offload_link']}"
