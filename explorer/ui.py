@@ -11,7 +11,7 @@ import streamlit as st
 from explorer import data
 from harness.metrics import Targets
 
-MEASURED, PUBLISHED = "measured", "published"
+MEASURED = "measured"
 
 
 def database() -> tuple[Path, tuple[int, int] | None]:

@@ -31,7 +31,6 @@ from harness.writer import BackgroundWriter
 class RunResult:
     run_id: str
     config: RunConfig
-    calibration: Calibration | None
     outcomes: list[LevelOutcome]
     clock: Clock  # maps stored wall times back to the monotonic clock (benchmarks do)
 
@@ -102,7 +101,6 @@ async def execute(
         })
         words = calibration.words
     else:
-        calibration = None
         stored = json.loads(store.run(run_id)["config"])
         words = stored["prompt_words"]
         store.update_run(run_id, status="running", finished_at=None, error=None)
@@ -140,7 +138,7 @@ async def execute(
         sweep.close()
     writer.close()
     store.finish_run(run_id, "complete")
-    return RunResult(run_id, config, calibration, outcomes, clock)
+    return RunResult(run_id, config, outcomes, clock)
 
 
 def _close_quietly(writer: BackgroundWriter) -> None:

@@ -22,7 +22,6 @@ class TargetError(RuntimeError):
 class TargetInfo:
     model: str
     engine: str
-    served_models: tuple[str, ...]
 
 
 async def describe(endpoint: Endpoint, model: str | None, timeout_s: float = 10.0) -> TargetInfo:
@@ -38,7 +37,7 @@ async def describe(endpoint: Endpoint, model: str | None, timeout_s: float = 10.
     if resp.status_code == 404:  # some servers have no model list; the calibration checks
         if model is None:
             raise TargetError(f"{url} is not served, so --model must be given")
-        return TargetInfo(model, _engine_from_headers(resp.headers), ())
+        return TargetInfo(model, _engine_from_headers(resp.headers))
     if resp.status_code != 200:
         raise TargetError(f"{url} answered HTTP {resp.status_code}, not a model list")
     try:
@@ -58,7 +57,7 @@ async def describe(endpoint: Endpoint, model: str | None, timeout_s: float = 10.
     engine = owner.lower()
     if engine not in _KNOWN_ENGINES:
         engine = _engine_from_headers(resp.headers)
-    return TargetInfo(model, engine, served)
+    return TargetInfo(model, engine)
 
 
 async def fetch_stats(endpoint: Endpoint, timeout_s: float = 5.0) -> dict | None:

@@ -53,7 +53,6 @@ class BackgroundWriter:
         self._acks: mp.Queue = ctx.Queue()
         self._pending = 0
         self._error: str | None = None
-        self.written = 0
         self._proc = ctx.Process(
             target=_serve, name="round-writer", daemon=True,
             args=(str(store.path), store.lock_timeout_s, run_id, self._inbox, self._acks,
@@ -64,7 +63,6 @@ class BackgroundWriter:
     def submit(self, records: list[RequestRecord]) -> None:
         self._inbox.put(records)
         self._pending += 1
-        self.written += len(records)
 
     def drain(self) -> None:
         """Block until the writer acknowledged every batch; raise the first write error."""

@@ -111,9 +111,6 @@ class TableStore:
     def close(self) -> None:
         self._worker.shutdown(wait=True)
 
-    def describe(self) -> dict:
-        return {"placement": self.placement, "table_bytes": self.table.data_bytes,
-                "rows": self.table.rows, "row_bytes": self.row_bytes}
 
 
 def _read_table(table: TableFile, pin: bool) -> torch.Tensor:

@@ -7,6 +7,7 @@ from harness.config import RunConfig
 from harness.endpoint import Endpoint
 from harness.metrics import Targets, capacity, point, stats_by_level
 from harness.progress import LevelProgress
+from harness.records import ERROR_KINDS
 from harness.session import execute, new_run_id
 from harness.store import Store
 
@@ -39,6 +40,7 @@ def test_fault_is_stored_and_sweep_goes_on(mock_server, tmp_path, fault, kind, s
     failed = [r for r in records if not r.ok]
     assert [(r.concurrency, r.round, r.worker) for r in failed] == [(2, 1, 0)]
     bad = failed[0]
+    assert bad.error_kind in ERROR_KINDS
     assert (bad.error_kind, bad.http_status) == (kind, status)
     assert message in bad.error_message
     if fault in ("drop", "malformed", "stream_error"):
