@@ -53,7 +53,7 @@ def distribution(stats: pd.DataFrame, y_title: str) -> go.Figure:
             name=f"C={row.concurrency}", showlegend=False, boxpoints=False,
         ))
     fig.update_layout(xaxis_title="concurrency C", yaxis_title=y_title, height=360,
-                      margin={"t": 20, "b": 10})
+                      margin={"t": 20, "b": 10}, xaxis_type="category")
     return fig
 
 
@@ -62,7 +62,7 @@ def first_vs_rest(frame: pd.DataFrame, y: str, y_title: str) -> go.Figure:
     for name, part in frame.groupby("rounds"):
         fig.add_trace(go.Bar(x=part["concurrency"].astype(str), y=part[y], name=str(name)))
     fig.update_layout(barmode="group", xaxis_title="concurrency C", yaxis_title=y_title,
-                      height=320, margin={"t": 20, "b": 10})
+                      height=320, margin={"t": 20, "b": 10}, xaxis_type="category")
     return fig
 
 
@@ -92,8 +92,8 @@ def percent_difference(levels: pd.DataFrame, baseline: str, labels: dict[str, st
         fig.add_trace(go.Bar(x=frame["concurrency"].astype(str), y=frame["ttft_diff_pct"],
                              name=f"TTFT: {name}", marker_color=color, opacity=0.45))
     fig.add_hline(y=0, line={"color": "black", "width": 1})
-    fig.update_layout(barmode="group", xaxis_title="concurrency C",
-                      yaxis_title=f"difference vs {labels.get(baseline, baseline)} (%)",
+    fig.update_layout(barmode="group", xaxis_title="concurrency C", xaxis_type="category",
+                      yaxis_title="difference vs baseline (%)",
                       height=380, legend={"orientation": "h", "y": -0.3},
                       margin={"t": 20, "b": 10})
     return fig, diff

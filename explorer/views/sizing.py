@@ -26,11 +26,12 @@ report = sizing.size(model, device, nodes, None if placement == "auto" else plac
                      overrides={"kv_pool_gb": kv, "table_gb": table_gb,
                                 "page_cache_gb": page_cache})
 verdict = report["verdict"].replace("_", " ")
-cols = st.columns(4)
-cols[0].metric("verdict", verdict)
-cols[1].metric("required per node (GB)", f"{report['required_gb']:.1f}")
-cols[2].metric("offload tier per node (GB)", f"{report['offload_gb']:.1f}")
-cols[3].metric("decode ceiling (tok/s, upper bound)",
+show = {"fits": st.success, "fits with offload": st.warning}.get(verdict, st.error)
+show(f"Verdict: **{verdict}** (table on {report['placement']})")
+cols = st.columns(3)
+cols[0].metric("required per node (GB)", f"{report['required_gb']:.1f}")
+cols[1].metric("offload tier per node (GB)", f"{report['offload_gb']:.1f}")
+cols[2].metric("decode ceiling (tok/s, upper bound)",
                f"{report['decode_ceiling_tps_upper_bound']:.0f}")
 st.plotly_chart(charts.sizing_budget(report), width="stretch")
 if report["offload_gb"]:

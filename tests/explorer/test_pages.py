@@ -106,9 +106,10 @@ def test_capacity_page_recomputes_with_the_controls(monkeypatch, fixture_db):
 
 def test_sizing_page_verdicts(monkeypatch, fixture_db):
     at = app(monkeypatch, fixture_db, "views/sizing.py")
-    assert metrics(at)["verdict"] == "fits with offload"  # Qwen on one Spark
+    assert "Verdict: **fits with offload** (table on nvme)" in at.warning[0].value  # Qwen, 1 Spark
+    assert metrics(at)["required per node (GB)"] == "114.1"
     at.selectbox(key="sizing_placement").set_value("device").run()
-    assert metrics(at)["verdict"] == "does not fit"
+    assert "Verdict: **does not fit**" in at.error[0].value
 
 
 def test_reference_page_published_max_c(monkeypatch, fixture_db):
