@@ -1,4 +1,5 @@
-"""`engram-bench` (also `python -m harness`): run, summary, capacity, export, devices."""
+"""`engram-bench` (also `python -m harness`): run, summary, capacity, export; the device,
+sizing and recipe commands come from runners/commands.py; `serve` starts the bundled server."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from harness import aio
 from harness.config import DEFAULT_LEVELS, MODES, ConfigError, RunConfig, parse_levels
@@ -29,8 +29,8 @@ from harness.report import (
 )
 from harness.store import DEFAULT_DB, Store, StoreError
 from harness.target import TargetError
-from runners import recipes
-from runners import sizing as sizing_mod
+from runners import commands as runner_commands
+from runners.commands import positive_int
 from runners.lifecycle import BundledServer, ServerStartError
 from runners.profiles import PROFILES, UnknownDevice, profile
 
@@ -47,12 +47,6 @@ def _levels(text: str) -> tuple[int, ...]:
         return parse_levels(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive_int(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return int(text)
 
 
 def _add_target_flags(p: argparse.ArgumentParser) -> None:
@@ -86,10 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preset", default="qwen-mini", help="bundled server: model preset")
     run.add_argument("--engine", default="", help="engine label (default: detected)")
     run.add_argument("--levels", type=_levels, help="concurrency levels, e.g. 1,2,4,8")
-    run.add_argument("--rounds", type=_positive_int, default=10)
+    run.add_argument("--rounds", type=positive_int, default=10)
     run.add_argument("--mode", choices=MODES, default="closed")
-    run.add_argument("--input-tokens", type=_positive_int, default=128)
-    run.add_argument("--output-tokens", type=_positive_int, default=128)
+    run.add_argument("--input-tokens", type=positive_int, default=128)
+    run.add_argument("--output-tokens", type=positive_int, default=128)
     run.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     run.add_argument("--warmup", type=int, default=0, help="unstored requests before the sweep")
     run.add_argument("--seed", type=int, default=0)
@@ -115,27 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, default=Path("results/exports"))
     export.add_argument("--db", type=Path, default=DEFAULT_DB)
 
-    recipe = sub.add_parser("recipe", help="launch command of a published vLLM/SGLang setup")
-    recipe.add_argument("--engine", required=True, choices=("vllm", "sglang"))
-    recipe.add_argument("--model", required=True)
-    recipe.add_argument("--device", required=True)
-    recipe.add_argument("--nodes", type=_positive_int)
-    recipe.add_argument("--port", type=_positive_int, default=8000)
-
-    devices = sub.add_parser("devices", help="list the device profiles")
-    devices.add_argument("--json", action="store_true")
-
-    sizing = sub.add_parser("sizing", help="what must fit where, and whether it fits")
-    sizing.add_argument("--model", required=True, help=f"one of {', '.join(sizing_mod.MODELS)}")
-    sizing.add_argument("--device", required=True, help=f"one of {', '.join(sizing_mod.DEVICES)}")
-    sizing.add_argument("--nodes", type=_positive_int, default=1)
-    sizing.add_argument("--placement", choices=("device", "host", "nvme"),
-                        help="judge this placement only (default: in memory, else offloaded)")
-    sizing.add_argument("--context", type=_positive_int, help="tokens of context per request")
-    sizing.add_argument("--concurrency", type=_positive_int, help="requests at once")
-    sizing.add_argument("--set", action="append", default=[], metavar="FIGURE=VALUE",
-                        help="override any figure, e.g. --set kv_pool_gb=18 --set table_gb=60")
-    sizing.add_argument("--json", action="store_true")
+    runner_commands.add_parsers(sub)
     sub.add_parser("serve", help="start the bundled Engram server (see `serve --help`)",
                    add_help=False)
     return parser
@@ -266,79 +240,8 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def cmd_recipe(args: argparse.Namespace, console: Console) -> int:
-    try:
-        print(recipes.render(recipes.find(args.engine, args.model, args.device, args.nodes),
-                             args.port))
-    except recipes.RecipeError as exc:
-        raise UserError(str(exc)) from None
-    return 0
-
-
-def cmd_devices(args: argparse.Namespace, console: Console) -> int:
-    if args.json:
-        print(json.dumps({name: asdict(p) for name, p in PROFILES.items()}))
-        return 0
-    table = Table(title="device profiles (runners/data/devices.toml)", title_justify="left")
-    for column in ("profile", "memory", "bandwidth", "offload link", "table", "running",
-                   "default levels"):
-        table.add_column(column)
-    for p in PROFILES.values():
-        memory = f"{p.memory_gb:g} GB {'unified' if p.unified else 'GPU'}"
-        table_at = p.table_placement + (f" ({p.io_mode}, page cache {p.page_cache_budget_gib:g} "
-                                        "GiB)" if p.page_cache_budget_gib else "")
-        table.add_row(f"{p.name}\n{p.description}", memory, f"{p.bandwidth_gbs:g} GB/s",
-                      p.link, table_at, str(p.max_running_requests),
-                      ",".join(map(str, p.default_levels)))
-    console.print(table)
-    return 0
-
-
-def _overrides(pairs: list[str]) -> dict[str, float]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise UserError(f"--set takes FIGURE=NUMBER, not {pair!r}")
-    return out
-
-
-def cmd_sizing(args: argparse.Namespace, console: Console) -> int:
-    try:
-        report = sizing_mod.size(args.model, args.device, args.nodes, args.placement,
-                                 args.context, args.concurrency, _overrides(args.set))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    console.print(f"{report['model']} on {report['nodes']} x {report['device']} "
-                  f"({report['memory_gb_per_node']:g} GB per node"
-                  f"{', unified with the CPU' if report['unified_memory'] else ''}): "
-                  f"[bold]{report['verdict']}[/] with the table on {report['placement']}",
-                  highlight=False)
-    for name, gb in report["required_items_gb"].items():
-        console.print(f"  {name:<24} {gb:>8.2f} GB", highlight=False)
-    console.print(f"  {'required per node':<24} {report['required_gb']:>8.2f} GB "
-                  f"(in memory: {report['in_memory_required_gb']:.2f}, offloaded: "
-                  f"{report['offloaded_required_gb']:.2f})", highlight=False)
-    if report["offload_gb"]:
-        console.print(f"  offload tier per node    {report['offload_gb']:>8.2f} GB over "
-                      f"{report['offload_link']}: {report['offload_bytes_per_token']} B/token "
-                      f"read ({report['offload_tier_bytes_per_token']} B moved), "
-                      f"{report['offload_us_per_token']} us/token", highlight=False)
-    console.print(f"  decode ceiling (upper bound, bandwidth / active bytes): "
-                  f"{report['decode_ceiling_tps_upper_bound']} tok/s", highlight=False)
-    return 0
-
-
 COMMANDS = {"run": cmd_run, "summary": cmd_summary, "capacity": cmd_capacity,
-            "export": cmd_export, "devices": cmd_devices, "sizing": cmd_sizing,
-            "recipe": cmd_recipe}
+            "export": cmd_export, **runner_commands.COMMANDS}
 
 
 def serve(argv: list[str]) -> int:
@@ -356,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, console)
     except (UserError, ConfigError, EndpointError, StoreError, TargetError, CapacityCSVError,
-            UnknownDevice, ServerStartError) as exc:
+            UnknownDevice, ServerStartError, runner_commands.CommandError) as exc:
         print(f"engram-bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
