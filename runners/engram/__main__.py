@@ -9,6 +9,8 @@ from pathlib import Path
 
 from runners.profiles import PROFILES, UnknownDevice, profile
 
+DEFAULT_PAGE_CACHE_GIB = 8.0  # nvme resident budget when the profile sets none (DESIGN.md)
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="engram-bench serve", description=__doc__)
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             preset=args.preset, placement=args.placement or prof.table_placement,
             io_mode=args.io or prof.io_mode, table_gib=args.table_size_gb,
             table_path=args.table_path, memory_budget_gib=args.memory_budget_gb,
-            page_cache_gib=prof.page_cache_budget_gib,
+            page_cache_gib=prof.page_cache_budget_gib or DEFAULT_PAGE_CACHE_GIB,
             max_running=args.max_running or prof.max_running_requests,
             prefetch=not args.no_prefetch,
         )
