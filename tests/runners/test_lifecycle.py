@@ -122,3 +122,28 @@ def test_make_bench_drives_an_external_endpoint(mock_process, tmp_path):
         "rtx-pro-6000", "mock", "host", url)
     assert len(Store(db).requests(run["run_id"])) == 1 * 2 + 2 * 2
     assert not servers_in(ROOT)  # no bundled server was started for an external URL
+
+
+def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path, monkeypatch):
+    import socket
+
+    from runners import lifecycle
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    ports = iter([taken])
+    real = lifecycle.free_port
+    monkeypatch.setattr(lifecycle, "free_port", lambda: next(ports, None) or real())
+    monkeypatch.chdir(tmp_path)
+    args = ["--device", "cpu", "--preset", "tiny", "--table-size-gb", "0.004"]
+    try:
+        with lifecycle.BundledServer(args, log_dir=tmp_path / "logs") as server:
+            assert server.port != taken
+            assert server._healthy()
+        logs = [p.read_text().lower() for p in (tmp_path / "logs").glob("*.log")]
+        assert len(logs) == 2 and any("address already in use" in text for text in logs)
+    finally:
+        squatter.close()
+    wait_gone(tmp_path)
