@@ -24,7 +24,8 @@ from harness.config import RunConfig
 from harness.endpoint import Endpoint
 from harness.metrics import quantile
 from harness.progress import LevelProgress
-from harness.session import execute, new_run_id
+from harness.records import RequestRecord
+from harness.session import RunResult, execute, new_run_id
 from harness.store import Store
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
@@ -89,7 +90,7 @@ def main() -> int:
             t = timings[r.request_id]
             server_ttft = (t["first_write"] - t["body_read"]) * 1000
             bias.append(r.ttft_ms - server_ttft)
-            send_lag.append((t["body_read"] - _sent_mono(r, timings, result)) * 1000)
+            send_lag.append((t["body_read"] - _sent_mono(r, result)) * 1000)
             recv_lag.append(bias[-1] - send_lag[-1])
             server_tps = t["tokens"] / (t["last_write"] - t["body_read"])
             tps_err.append((r.tps - server_tps) / server_tps * 100)
@@ -113,7 +114,7 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def _sent_mono(record, timings, result) -> float:
+def _sent_mono(record: RequestRecord, result: RunResult) -> float:
     """The send time on the monotonic clock: the record's wall time minus the run anchor."""
     return record.sent_at - result.clock.anchor_wall + result.clock.anchor_ns / 1e9
 

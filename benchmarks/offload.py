@@ -49,7 +49,7 @@ def run_level(runtime: Runtime, concurrency: int, tokens: int) -> list[float]:
     lock = threading.Lock()
     start = time.perf_counter()
 
-    def on_token(token, reason) -> None:
+    def on_token(token: int | None, reason: str | None) -> None:
         if reason is not None:
             with lock:
                 finished.append(time.perf_counter())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -97,11 +98,12 @@ def targets() -> Targets:
     return st.session_state.get("targets", Targets())
 
 
-def download(label: str, frame_fn, file_name: str, rows: int, key: str) -> None:
+def download(label: str, frame_fn: Callable[[], pd.DataFrame], file_name: str, rows: int,
+             key: str) -> None:
     """A CSV download whose file is built only when clicked."""
     st.download_button(f"{label} ({rows} rows)", data=partial(_csv, frame_fn),
                        file_name=file_name, mime="text/csv", key=key, on_click="ignore")
 
 
-def _csv(frame_fn) -> bytes:
+def _csv(frame_fn: Callable[[], pd.DataFrame]) -> bytes:
     return data.to_csv(frame_fn())

@@ -107,7 +107,8 @@ class MockServer:
             writer.close()
 
     async def _dispatch(
-        self, method: str, path: str, headers: dict[str, str], body: bytes, writer
+        self, method: str, path: str, headers: dict[str, str], body: bytes,
+        writer: asyncio.StreamWriter,
     ) -> bool:
         route = path.split("?", 1)[0]
         if method == "GET" and route == "/v1/models":
@@ -129,7 +130,8 @@ class MockServer:
             return await self._complete(route, headers, body, body_read, writer)
         return _send_json(writer, 404, _error(f"no route {method} {route}", "not_found"))
 
-    async def _complete(self, route, headers, body, body_read, writer) -> bool:
+    async def _complete(self, route: str, headers: dict[str, str], body: bytes,
+                        body_read: float, writer: asyncio.StreamWriter) -> bool:
         cfg = self.config
         self.requests_seen += 1
         fault = "none"
@@ -202,7 +204,7 @@ class MockServer:
         await writer.drain()
         return True
 
-    async def _inject(self, fault: str, writer, cfg: MockConfig) -> bool:
+    async def _inject(self, fault: str, writer: asyncio.StreamWriter, cfg: MockConfig) -> bool:
         if fault == "drop":
             writer.transport.abort()
         elif fault == "malformed":
@@ -266,7 +268,8 @@ def _error(message: str, code: str) -> dict:
     return {"error": {"message": message, "type": code, "code": code}}
 
 
-def _send_json(writer, status: int, obj, retry: int | None = None) -> bool:
+def _send_json(writer: asyncio.StreamWriter, status: int, obj: object,
+               retry: int | None = None) -> bool:
     body = json.dumps(obj).encode()
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
               500: "Internal Server Error"}.get(status, "Error")

@@ -127,7 +127,7 @@ def read_level_csv(path: Path) -> dict[str, list[LevelPoint]]:
 
 
 def _point(row: dict, path: Path, line: int) -> LevelPoint:
-    def number(name: str, kind: type = float):
+    def number(name: str, kind: type = float) -> float | int | None:
         text = (row.get(name) or "").strip()
         if not text:
             return None

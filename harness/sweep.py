@@ -82,7 +82,8 @@ class Sweep:
             records = await self._closed(c, rounds, commit, on_record)
         return LevelOutcome(c, records, time.process_time() - cpu0)
 
-    async def _closed(self, c, rounds, commit, on_record) -> list[RequestRecord]:
+    async def _closed(self, c: int, rounds: Sequence[int], commit: Commit,
+                      on_record: OnRecord) -> list[RequestRecord]:
         pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
         done: list[RequestRecord] = []
 
@@ -99,7 +100,8 @@ class Sweep:
         await asyncio.gather(*(worker(w) for w in range(c)))
         return done
 
-    async def _burst(self, c, rounds, commit, on_record) -> list[RequestRecord]:
+    async def _burst(self, c: int, rounds: Sequence[int], commit: Commit,
+                     on_record: OnRecord) -> list[RequestRecord]:
         done: list[RequestRecord] = []
         for rnd in rounds:
             records = await asyncio.gather(*(self._one(c, rnd, w) for w in range(c)))

@@ -15,9 +15,11 @@ Published facts come from the shared reference (models_and_devices.md); figures 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any, TypeVar
 
 from runners.profiles import PROFILES, DeviceProfile
 
+T = TypeVar("T", bound=Any)
 GB = 1e9
 GIB = 2**30
 
@@ -141,7 +143,7 @@ def budget(model: ModelSpec, device: DeviceProfile, nodes: int, placement: str,
     return Budget(placement, items, offload)
 
 
-def _override(obj, overrides: dict):
+def _override(obj: T, overrides: dict) -> T:
     mine = {k: v for k, v in overrides.items() if k in obj.__dataclass_fields__}
     return replace(obj, **mine) if mine else obj
 

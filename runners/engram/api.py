@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -52,14 +53,16 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
         return _error(exc)
 
     @app.middleware("http")
-    async def check_key(request: Request, call_next):
+    async def check_key(request: Request,
+                        call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         if api_key and request.url.path != "/health":
             given = request.headers.get("authorization", "")
             if not secrets.compare_digest(given, f"Bearer {api_key}"):
                 return _error(APIError(401, "missing or wrong API key", code="invalid_api_key"))
         return await call_next(request)
 
-    async def generate(request: Request, model: type[ChatRequest] | type[CompletionRequest]):
+    async def generate(request: Request,
+                       model: type[ChatRequest] | type[CompletionRequest]) -> Response:
         req = await _parse(request, model)
         seq = serving.sequence(req)
         queue = serving.start(seq)

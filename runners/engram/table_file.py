@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ class TableFile:
         return self.rows * self.row_bytes
 
 
-def _fp8_chunks(seed: int, nbytes: int):
+def _fp8_chunks(seed: int, nbytes: int) -> Iterator[np.ndarray]:
     """Seeded e4m3 bytes with the top exponent bit clear (|x| < 1, never NaN).
 
     One 64 MiB random pool, rotated and XORed differently per chunk: a 2 GiB table is written

@@ -31,6 +31,7 @@ PLACEMENTS = ("device", "host", "nvme")
 IO_MODES = ("mmap", "direct")
 PAGE = 4096
 WILLNEED_ROWS = 256  # gathers with more unique rows than this ask the kernel to read ahead
+Fetched = tuple[torch.Tensor, "torch.cuda.Event | None"]  # unique rows, copy-done event
 
 
 @dataclass(slots=True)
@@ -98,14 +99,14 @@ class TableStore:
         future = self._worker.submit(self._fetch_timed, unique)
         return Gather(future, inverse, rows.shape, self.stats, self.device)
 
-    def _fetch_timed(self, unique: np.ndarray):
+    def _fetch_timed(self, unique: np.ndarray) -> Fetched:
         start = time.perf_counter()
         result = self._fetch(unique)
         with self.stats.lock:
             self.stats.gather_ms += (time.perf_counter() - start) * 1000
         return result
 
-    def _fetch(self, unique: np.ndarray) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    def _fetch(self, unique: np.ndarray) -> Fetched:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -136,7 +137,7 @@ class DeviceTable(TableStore):
         self._data = _read_table(table, pin=False).to(device)
         self.stats.resident_bytes = table.data_bytes
 
-    def _fetch(self, unique):
+    def _fetch(self, unique: np.ndarray) -> Fetched:
         return self._data.index_select(0, torch.from_numpy(unique).to(self.device)), None
 
 
@@ -150,7 +151,7 @@ class HostTable(TableStore):
         self._stream = torch.cuda.Stream(device) if self._cuda else None
         self.stats.resident_bytes = table.data_bytes
 
-    def _fetch(self, unique):
+    def _fetch(self, unique: np.ndarray) -> Fetched:
         staging = torch.empty((unique.size, self.row_bytes), dtype=torch.uint8,
                               pin_memory=self._cuda)
         torch.index_select(self._data, 0, torch.from_numpy(unique), out=staging)
@@ -161,6 +162,7 @@ class HostTable(TableStore):
                 rows = staging.to(self.device, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record(self._stream)
+            rows.record_stream(torch.cuda.current_stream(self.device))  # used on the main stream
             result = (rows, event)
         else:  # CPU compute: the copy into compute memory is a real copy all the same
             result = (staging.clone(), None)
@@ -184,7 +186,7 @@ class MmapTable(TableStore):
         self._budget_pages = max(budget_bytes // PAGE, 1)
         self._touched: set[int] = set()
 
-    def _fetch(self, unique):
+    def _fetch(self, unique: np.ndarray) -> Fetched:
         first = (self.table.data_offset + unique * self.row_bytes) // PAGE
         last = (self.table.data_offset + (unique + 1) * self.row_bytes - 1) // PAGE
         pages = np.union1d(first, last)
@@ -247,7 +249,7 @@ class DirectTable(TableStore):
         os.preadv(self._fd, [view], aligned)
         return bytes(buf[start - aligned : start - aligned + self.row_bytes])
 
-    def _fetch(self, unique):
+    def _fetch(self, unique: np.ndarray) -> Fetched:
         out = np.empty((unique.size, self.row_bytes), dtype=np.uint8)
         missing = []
         for i, row in enumerate(unique.tolist()):
