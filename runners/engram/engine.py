@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,8 +97,18 @@ class Engine:
                 if self._stop:
                     return
                 step = self.scheduler.schedule()
-            if not step.empty:
+            if step.empty:
+                continue
+            try:
                 self._run(step)
+            except Exception:  # a failed step ends its requests; the engine keeps serving
+                traceback.print_exc()
+                with self._wake:
+                    for seq in [step.prefill] if step.prefill else step.decode:
+                        self.scheduler.finish(seq, "error")
+                        callback = self._callbacks.pop(seq.request_id, None)
+                        if callback is not None:
+                            callback(None, "error")
 
     def _run(self, step: Step) -> None:
         start = time.perf_counter()

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from runners.engram.engine import Engine
@@ -79,6 +79,9 @@ class Serving:
         try:
             while not finished:
                 token, reason = await queue.get()
+                if reason == "error":
+                    raise APIError(500, "the engine failed while generating this request",
+                                   code="engine_error")
                 delta = decoder.push(token) if token is not None else ""
                 if stops and delta:
                     text += delta
@@ -112,17 +115,25 @@ class Serving:
         if chat:
             yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
                          "finish_reason": None})
-        async for piece in pieces:
-            delta = {"content": piece.text} if chat else None
-            choice = {"index": 0, "finish_reason": piece.finish_reason}
-            if chat:
-                choice["delta"] = delta if piece.text else {}
-            else:
-                choice["text"] = piece.text
-            yield event(choice)
+        try:
+            async for piece in pieces:
+                yield self._chunk(event, chat, piece)
+        except APIError as exc:  # headers are sent: the error goes into the stream
+            yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+            return
         if req.include_usage:
             yield event(None, self.usage(seq))
         yield b"data: [DONE]\n\n"
+
+    @staticmethod
+    def _chunk(event: Callable[[dict | None], bytes], chat: bool, piece: Piece) -> bytes:
+        choice: dict = {"index": 0, "finish_reason": piece.finish_reason}
+        if chat:
+            choice["delta"] = {"content": piece.text} if piece.text else {}
+        else:
+            choice["text"] = piece.text
+        return event(choice)
 
     async def complete(self, req: ChatRequest | CompletionRequest, seq: Sequence,
                        pieces: AsyncIterator[Piece]) -> dict:

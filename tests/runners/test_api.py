@@ -159,3 +159,25 @@ def test_table_larger_than_the_budget_only_serves_from_nvme(tmp_path):
             "model": "tiny", "prompt": "offload", "max_tokens": 3, "ignore_eos": True})
         assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 3
         assert httpx.get(live.url + "/stats").json()["mapping_resident_bytes"] <= 0.002 * 2**30
+
+
+def test_an_engine_failure_ends_the_request_with_an_error_and_serving_goes_on(tmp_path):
+    runtime = Runtime(options(tmp_path))
+    forward = runtime.engine.model.forward
+    failures = iter([True, True])  # the next two steps fail
+
+    def failing(*args, **kwargs):
+        if next(failures, False):
+            raise RuntimeError("injected engine failure")
+        return forward(*args, **kwargs)
+
+    runtime.engine.model.forward = failing
+    with LiveServer(runtime) as live:
+        body = {"model": "tiny", "prompt": "a", "max_tokens": 3, "ignore_eos": True}
+        plain = httpx.post(live.url + "/v1/completions", json=body)
+        assert plain.status_code == 500 and plain.json()["error"]["code"] == "engine_error"
+        streamed = httpx.post(live.url + "/v1/completions", json={**body, "stream": True})
+        assert '"code": "engine_error"' in streamed.text
+        assert streamed.text.rstrip().endswith("data: [DONE]")
+        ok = httpx.post(live.url + "/v1/completions", json=body)
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
