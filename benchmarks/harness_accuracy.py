@@ -9,7 +9,6 @@ error, and the harness's CPU time per streamed chunk.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,15 +26,10 @@ from harness.progress import LevelProgress
 from harness.records import RequestRecord
 from harness.session import RunResult, execute, new_run_id
 from harness.store import Store
+from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
 BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start_server(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
@@ -58,7 +52,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128)
     args = parser.parse_args()
     levels = tuple(int(c) for c in args.levels.split(","))
-    port = _free_port()
+    port = free_port()
     server = _start_server(port, args.ttft_ms, args.itl_ms)
     url = f"http://127.0.0.1:{port}/v1"
     try:

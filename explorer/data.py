@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from harness.metrics import LevelPoint, Targets, capacity
+from harness.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
 from harness.store import DEFAULT_DB, Store
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
@@ -146,9 +146,7 @@ def published_runs() -> pd.DataFrame:
 
 def points(levels_frame: pd.DataFrame, statistic: str = "mean") -> dict[str, list[LevelPoint]]:
     """Per run, the figures capacity judges (TTFT at pNN, TPS at p(100-NN), errors)."""
-    ttft_col = {"mean": "mean_ttft_ms", "p50": "p50_ttft_ms", "p90": "p90_ttft_ms",
-                "p99": "p99_ttft_ms"}[statistic]
-    tps_col = {"mean": "mean_tps", "p50": "p50_tps", "p90": "p10_tps", "p99": "p1_tps"}[statistic]
+    ttft_col, tps_col = STATISTIC_FIELDS[statistic]
     out: dict[str, list[LevelPoint]] = {}
     for row in levels_frame.to_dict("records"):
         ttft = row.get(ttft_col, row.get("mean_ttft_ms"))

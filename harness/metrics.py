@@ -117,15 +117,19 @@ class LevelPoint:
     errors: int | None = 0
 
 
+# The statistic judged: TTFT at the percentile, TPS at the mirrored low percentile.
+STATISTIC_FIELDS = {
+    "mean": ("mean_ttft_ms", "mean_tps"),
+    "p50": ("p50_ttft_ms", "p50_tps"),
+    "p90": ("p90_ttft_ms", "p10_tps"),
+    "p99": ("p99_ttft_ms", "p1_tps"),
+}
+
+
 def point(stats: LevelStats, statistic: str = "mean") -> LevelPoint:
-    """Pick the statistic: TTFT at the percentile, TPS at the mirrored low percentile."""
-    ttft, tps = {
-        "mean": (stats.mean_ttft_ms, stats.mean_tps),
-        "p50": (stats.p50_ttft_ms, stats.p50_tps),
-        "p90": (stats.p90_ttft_ms, stats.p10_tps),
-        "p99": (stats.p99_ttft_ms, stats.p1_tps),
-    }[statistic]
-    return LevelPoint(stats.concurrency, ttft, tps, stats.errors)
+    ttft_field, tps_field = STATISTIC_FIELDS[statistic]
+    return LevelPoint(stats.concurrency, getattr(stats, ttft_field), getattr(stats, tps_field),
+                      stats.errors)
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
-from runners.profiles import PROFILES, DeviceProfile
+from runners.profiles import PROFILES, DeviceProfile, profile
 
 T = TypeVar("T", bound=Any)
 GB = 1e9
@@ -85,10 +85,7 @@ def model_spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def device_spec(name: str) -> DeviceProfile:
-    if name not in DEVICES:
-        raise SizingError("device", name, list(DEVICES))
-    return DEVICES[name]
+device_spec = profile  # UnknownDevice (a ValueError) lists the valid names
 
 
 def default_workload(model: ModelSpec, device: DeviceProfile) -> Workload:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.mock_server import MockConfig, ThreadedMockServer
+from runners.lifecycle import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,12 +23,6 @@ def mock_server() -> Iterator[ThreadedMockServer]:
     """A fast fake server on a loopback port; reconfigure with `.configure(...)`."""
     with ThreadedMockServer(MockConfig(ttft_ms=5, itl_ms=1)) as server:
         yield server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
