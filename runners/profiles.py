@@ -25,10 +25,23 @@ class DeviceProfile:
     io_mode: str  # mmap | direct (nvme only)
     max_running_requests: int
     default_levels: tuple[int, ...]
-    page_cache_budget_gib: float | None = None
+    page_cache_budget_gib: float | None = None  # published page cache of the nvme table
+    published_table_gib: float | None = None  # the table that page cache served
     os_reserve_gb: float = 0.0
     runtime_overhead_gb: float = 2.0
     activations_gb: float = 1.5
+
+
+    @property
+    def cache_ratio(self) -> float:
+        """Share of the table the device keeps in its page cache (1: all of it).
+
+        The bundled server emulates this ratio, not the absolute size: its 2 GiB table on
+        `spark` gets the share that 8 GiB is of the published 47.7 GiB table.
+        """
+        if self.page_cache_budget_gib and self.published_table_gib:
+            return min(self.page_cache_budget_gib / self.published_table_gib, 1.0)
+        return 1.0
 
 
 def load_profiles(path: Path = DEVICES_FILE) -> dict[str, DeviceProfile]:

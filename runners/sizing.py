@@ -54,10 +54,11 @@ MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
         ModelSpec("qwen3.8-flash-next", 132.7, 51.2, 2560, 16, 6.0, 0.7, 262_144),
-        ModelSpec("deepseek-v4.1-flash", 510.3, 196.6, 12_288, 48, 16.0, 0.75, 1_048_576),
+        # 48 rows of 256 FP8 values + 8 ue8m0 scale bytes each (scales in their own region).
+        ModelSpec("deepseek-v4.1-flash", 510.3, 196.6, 12_672, 48, 16.0, 0.75, 1_048_576),
         # The bundled presets (fp32 on the CPU, 2 GiB default table).
         ModelSpec("qwen-mini", 0.26 + 2 * GIB / GB, 2 * GIB / GB, 2560, 16, 0.065, 4.0, 1024),
-        ModelSpec("deepseek-mini", 0.34 + 2 * GIB / GB, 2 * GIB / GB, 12_288, 48, 0.084, 4.0,
+        ModelSpec("deepseek-mini", 0.34 + 2 * GIB / GB, 2 * GIB / GB, 12_672, 48, 0.084, 4.0,
                   1024),
     )
 }

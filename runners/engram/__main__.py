@@ -9,8 +9,6 @@ from pathlib import Path
 
 from runners.profiles import PROFILES, UnknownDevice, profile
 
-DEFAULT_PAGE_CACHE_GIB = 8.0  # nvme resident budget when the profile sets none (DESIGN.md)
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="engram-bench serve", description=__doc__)
@@ -20,7 +18,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--io", choices=("mmap", "direct"), help="nvme I/O mode")
     p.add_argument("--table-size-gb", type=float, default=2.0, help="table size in GiB")
     p.add_argument("--table-path", type=Path)
-    p.add_argument("--memory-budget-gb", type=float, help="default: free RAM")
+    p.add_argument("--memory-budget-gb", type=float,
+                   help="memory the fit check allows the table (default: free RAM)")
+    p.add_argument("--cache-ratio", type=float,
+                   help="nvme: share of the table its cache may hold (default: the device's "
+                        "published ratio, e.g. spark 8 GiB / 47.7 GiB = 0.168; 1 elsewhere)")
+    p.add_argument("--page-cache-gb", type=float,
+                   help="nvme: the cache budget in GiB instead of a ratio")
+    p.add_argument("--cache-state", choices=("cold", "warm"),
+                   help="nvme: start with the table dropped from the page cache (cold, the "
+                        "default) or with what the kernel holds, trimmed to the budget (warm)")
+    p.add_argument("--decode", choices=("sample", "replay"), default="sample",
+                   help="replay: every step's logits are computed, the emitted token is the "
+                        "next of a natural English text chosen by the prompt (default: sample)")
     p.add_argument("--no-prefetch", action="store_true")
     p.add_argument("--preset", default="qwen-mini")
     p.add_argument("--host", default="127.0.0.1")
@@ -52,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             preset=args.preset, placement=args.placement or prof.table_placement,
             io_mode=args.io or prof.io_mode, table_gib=args.table_size_gb,
             table_path=args.table_path, memory_budget_gib=args.memory_budget_gb,
-            page_cache_gib=prof.page_cache_budget_gib or DEFAULT_PAGE_CACHE_GIB,
+            cache_ratio=prof.cache_ratio if args.cache_ratio is None else args.cache_ratio,
+            page_cache_gib=args.page_cache_gb, cache_state=args.cache_state,
+            decode=args.decode,
             max_running=args.max_running or prof.max_running_requests,
             prefetch=not args.no_prefetch,
         )
@@ -61,9 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"engram-bench serve: error: {exc}", file=sys.stderr)
         return 2
     runtime.start()
-    print(f"serving {runtime.cfg.name} on http://{args.host}:{args.port}/v1 ({prof.name}: table "
-          f"{options.placement}, {runtime.table.data_bytes / 2**30:.1f} GiB at "
-          f"{runtime.table.path}, compute {runtime.device})", flush=True)
+    print(f"serving {runtime.cfg.name} on http://{args.host}:{args.port}/v1 ({prof.name}, "
+          f"compute {runtime.device}): {runtime.describe_table()}", flush=True)
     try:
         uvicorn.run(create_app(runtime, args.api_key), host=args.host, port=args.port,
                     log_level="warning")

@@ -1,20 +1,24 @@
-"""The HTTP surface (FastAPI): OpenAI routes, /tokenize, /health, /stats, /metrics.
+"""The HTTP surface (FastAPI): OpenAI routes, /tokenize, /health, /stats, /metrics, and
+POST /table/drop_cache (nvme: back to a cold page cache).
 
 Thin: parsing and errors here, generation in serving.py, counters in runtime.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 from runners.engram.protocol import APIError, ChatRequest, CompletionRequest, TokenizeRequest
 from runners.engram.runtime import Runtime
+from runners.engram.table_store import TableCacheError
 
 MAX_BODY = 1024 * 1024
 
@@ -104,10 +108,20 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
 
     @app.get("/stats")
     async def stats() -> dict:
-        return runtime.stats()
+        return await asyncio.to_thread(runtime.stats)  # mincore and smaps: off the loop
 
     @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(runtime.prometheus())
+    async def metrics() -> Response:
+        return Response(await asyncio.to_thread(runtime.prometheus),
+                        media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/table/drop_cache")
+    async def drop_cache() -> dict:
+        """nvme: back to a cold start (benchmarks call it between rounds)."""
+        try:
+            await asyncio.to_thread(runtime.drop_table_cache)
+        except TableCacheError as exc:
+            raise APIError(409, str(exc), code="no_table_cache") from None
+        return {"status": "dropped", **runtime.store.residency()}
 
     return app

@@ -17,7 +17,8 @@ class ModelConfig:
     engram_layers: tuple[int, ...]
     engram_orders: tuple[int, ...]
     engram_heads: int
-    engram_row_values: int  # FP8 values per row = bytes per row
+    engram_row_values: int  # FP8 values per row, one byte each
+    engram_scale_bytes: int = 0  # ue8m0 exponents per row, stored apart from the values
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -25,6 +26,8 @@ class ModelConfig:
             raise ValueError("d_model must split into heads of even size (rotary)")
         if any(not 0 <= layer < self.n_layers for layer in self.engram_layers):
             raise ValueError("Engram layers must be layers of the model")
+        if self.engram_scale_bytes and self.engram_row_values % self.engram_scale_bytes:
+            raise ValueError("Engram scales must each cover an equal block of a row's values")
 
     @property
     def head_dim(self) -> int:
@@ -32,8 +35,9 @@ class ModelConfig:
 
     @property
     def engram_bytes_per_token(self) -> int:
+        """Values and scales of every row a token reads."""
         return (len(self.engram_layers) * len(self.engram_orders) * self.engram_heads
-                * self.engram_row_values)
+                * (self.engram_row_values + self.engram_scale_bytes))
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -41,10 +45,15 @@ PRESETS: dict[str, ModelConfig] = {
     for c in (
         # Qwen3.8-Flash-Next geometry: layer 2, orders 2-3, 8 heads, 160 B rows (2,560 B/token).
         ModelConfig("qwen-mini", 32_768, 640, 8, 10, 1792, 1024, (2,), (2, 3), 8, 160),
-        # DeepSeek-V4.1-Flash geometry: layers 1 and 14, orders 2-4, 8 heads, 256 B rows.
-        ModelConfig("deepseek-mini", 32_768, 512, 16, 8, 1536, 1024, (1, 14), (2, 3, 4), 8, 256),
+        # DeepSeek-V4.1-Flash geometry: layers 1 and 14, orders 2-4, 8 heads, 256 FP8 values
+        # per row plus 8 ue8m0 scale bytes (one per 32 values): 48 x 264 = 12,672 B/token.
+        ModelConfig("deepseek-mini", 32_768, 512, 16, 8, 1536, 1024, (1, 14), (2, 3, 4), 8, 256,
+                    engram_scale_bytes=8),
         # For tests: the Qwen geometry on a model small enough to run in milliseconds.
         ModelConfig("tiny", 32_768, 64, 4, 4, 128, 256, (1,), (2, 3), 8, 160),
+        # For tests: the DeepSeek row format (scales, two Engram layers far apart), tiny model.
+        ModelConfig("tiny-scaled", 32_768, 64, 4, 4, 128, 256, (0, 3), (2, 3), 8, 256,
+                    engram_scale_bytes=8),
     )
 }
 

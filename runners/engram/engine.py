@@ -1,9 +1,12 @@
-"""The engine thread: scheduler steps, Engram row prefetch, forward, sampling, token emission.
+"""The engine thread: scheduler steps, Engram row prefetch, forward, next tokens, emission.
 
-Per step the Engram rows of every token in it are computed from token ids and submitted to
-the table store before layer 0 (`prefetch=True`), then waited for at the Engram layer; with
-`prefetch=False` the gather starts only there (the ablation). Tokens leave through a callback
-(the API layer hands them to asyncio with call_soon_threadsafe).
+Per step the Engram rows of every token in it are computed from token ids, and each Engram
+layer's rows are submitted to the table store as their own gather before layer 0
+(`prefetch=True`); a layer waits only for its own gather, so deepseek-mini's layer 14 overlaps
+the 13 layers before it. With `prefetch=False` each layer's gather starts only at that layer
+(the ablation). The next token is sampled from the logits, or with `decode="replay"` taken
+from a natural text (runners.engram.replay) while the logits are still computed. Tokens leave
+through a callback (the API layer hands them to asyncio with call_soon_threadsafe).
 """
 
 from __future__ import annotations
@@ -12,43 +15,75 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import torch
 
 from runners.engram.geometry import EngramGeometry
-from runners.engram.model import EngramLM, KVCache
+from runners.engram.model import EngramLM, KVCache, RowsFor
+from runners.engram.replay import ReplayText
 from runners.engram.scheduler import Scheduler, Sequence, Step
 from runners.engram.table_store import Gather, TableStore
 
 # token id (None when finished), finish reason (None while running)
 OnToken = Callable[[int | None, str | None], None]
+DECODE_MODES = ("sample", "replay")
 
 
 @dataclass(slots=True)
 class EngineStats:
+    """Counters and where each step's wall time went (ms, summed over steps).
+
+    A step is timed on the engine thread in contiguous segments: `hash_ms` (row ids, the
+    prefetched gathers' submits, input tensors), `compute_ms` (the forward pass minus Engram
+    waits), `engram_wait_ms_by_layer` (time blocked until each Engram layer's rows arrived;
+    without prefetch it includes that layer's submit), `sample_ms` (choosing next tokens),
+    `emit_ms` (appending them, finishing requests, callbacks). They sum to `step_ms`, which
+    is also split by phase (a step prefills one request or decodes every running one).
+    """
+
     steps: int = 0
+    prefill_steps: int = 0
+    decode_steps: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
     step_ms: float = 0.0
+    prefill_step_ms: float = 0.0
+    decode_step_ms: float = 0.0
+    hash_ms: float = 0.0
+    compute_ms: float = 0.0
+    engram_wait_ms_by_layer: dict[int, float] = field(default_factory=dict)
+    sample_ms: float = 0.0
+    emit_ms: float = 0.0
     requests_finished: int = 0
     requests_cancelled: int = 0
+
+    @property
+    def engram_wait_ms(self) -> float:
+        return sum(self.engram_wait_ms_by_layer.values())
 
 
 class Engine:
     def __init__(self, model: EngramLM, geometry: EngramGeometry, store: TableStore,
-                 eos_id: int, max_running: int, max_waiting: int, prefetch: bool = True) -> None:
+                 eos_id: int, max_running: int, max_waiting: int, prefetch: bool = True,
+                 decode: str = "sample") -> None:
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}")
         self.model = model
         self.cfg = model.cfg
         self.geometry = geometry
         self.store = store
         self.eos_id = eos_id
         self.prefetch = prefetch
+        self.decode = decode
+        self._replay = ReplayText.corpus(eos_id) if decode == "replay" else None
         self.device = store.device
         self.scheduler = Scheduler(max_running, max_waiting)
         self.cache = KVCache(model.cfg, max_running, self.device)
-        self.stats = EngineStats()
+        # every layer's key exists from the start: /stats may copy the dict from another thread
+        self.stats = EngineStats(engram_wait_ms_by_layer=dict.fromkeys(geometry.layers, 0.0))
         self._callbacks: dict[str, OnToken] = {}
         self._wake = threading.Condition()
         self._stop = False
@@ -111,49 +146,87 @@ class Engine:
                             callback(None, "error")
 
     def _run(self, step: Step) -> None:
-        start = time.perf_counter()
+        marks = [time.perf_counter()]  # start, hashed, computed, sampled, emitted
         if step.prefill is not None:
-            seq = step.prefill
-            ids = seq.prompt
-            rows = self.geometry.row_ids(np.asarray(ids), len(ids))
-            tokens = torch.tensor(ids, device=self.device)
-            pos = torch.arange(len(ids), device=self.device)
-            slots = torch.tensor([seq.slot], device=self.device)
-            seqs = [seq]
-            prefill = True
-            self.stats.prefill_tokens += len(ids)
+            seqs, phase = [step.prefill], "prefill"
+            inputs = step.prefill.prompt
+            rows = self.geometry.row_ids(np.asarray(inputs), len(inputs))
+            positions = list(range(len(inputs)))
         else:
-            seqs = step.decode
+            seqs, phase = step.decode, "decode"
             history = self.geometry.history + 1
             rows = np.concatenate(
                 [self.geometry.row_ids(np.asarray(s.context(history)), 1) for s in seqs])
-            tokens = torch.tensor([s.output[-1] for s in seqs], device=self.device)
-            pos = torch.tensor([s.length - 1 for s in seqs], device=self.device)
-            slots = torch.tensor([s.slot for s in seqs], device=self.device)
-            prefill = False
-            self.stats.decode_tokens += len(seqs)
-        rows_for = self._rows_for(rows)
-        logits = self.model(tokens, pos, slots, self.cache, rows_for, prefill)
-        next_ids = [self._sample(s, logits[i]) for i, s in enumerate(seqs)]
-        self.stats.steps += 1
-        self.stats.step_ms += (time.perf_counter() - start) * 1000
+            inputs = [s.output[-1] for s in seqs]
+            positions = [s.length - 1 for s in seqs]
+        waits = dict.fromkeys(self.geometry.layers, 0.0)
+        rows_for = self._rows_for(rows, phase, waits)
+        tokens = torch.tensor(inputs, device=self.device)
+        pos = torch.tensor(positions, device=self.device)
+        slots = torch.tensor([s.slot for s in seqs], device=self.device)
+        marks.append(time.perf_counter())
+        logits = self.model(tokens, pos, slots, self.cache, rows_for, phase == "prefill")
+        self._sync()
+        marks.append(time.perf_counter())
+        if self._replay is not None:
+            next_ids = [self._replay.next_token(s.prompt, len(s.output)) for s in seqs]
+        else:
+            next_ids = [self._sample(s, logits[i]) for i, s in enumerate(seqs)]
+        marks.append(time.perf_counter())
         with self._wake:
             for seq, token in zip(seqs, next_ids, strict=True):
                 self._emit(seq, token)
+        marks.append(time.perf_counter())
+        self._account(phase, len(inputs), waits, marks)
 
-    def _rows_for(self, rows: np.ndarray) -> Callable[[int], torch.Tensor]:
-        """Prefetch: submit now, before layer 0. Without it, submit at the Engram layer."""
-        gather: list[Gather] = [self.store.submit(rows)] if self.prefetch else []
-        got: list[torch.Tensor] = []
+    def _account(self, phase: str, n_tokens: int, waits: dict[int, float],
+                 marks: list[float]) -> None:
+        hash_ms, forward_ms, sample_ms, emit_ms = (
+            (b - a) * 1000 for a, b in pairwise(marks))
+        step_ms = (marks[-1] - marks[0]) * 1000
+        s = self.stats
+        s.steps += 1
+        s.step_ms += step_ms
+        if phase == "prefill":
+            s.prefill_steps += 1
+            s.prefill_tokens += n_tokens
+            s.prefill_step_ms += step_ms
+        else:
+            s.decode_steps += 1
+            s.decode_tokens += n_tokens
+            s.decode_step_ms += step_ms
+        s.hash_ms += hash_ms
+        s.compute_ms += forward_ms - sum(waits.values())
+        for layer, ms in waits.items():
+            s.engram_wait_ms_by_layer[layer] += ms
+        s.sample_ms += sample_ms
+        s.emit_ms += emit_ms
+
+    def _rows_for(self, rows: np.ndarray, phase: str, waits: dict[int, float]) -> RowsFor:
+        """One gather per Engram layer (its rows[:, li]). Prefetch: all submitted now, before
+        layer 0; without it, each at its own layer. `waits` gets each layer's blocked ms."""
+        def submit(layer: int) -> Gather:
+            layer_rows = np.ascontiguousarray(rows[:, self._layer_index[layer]])
+            return self.store.submit(layer_rows, phase)
+
+        gathers = {layer: submit(layer) for layer in self.geometry.layers} if self.prefetch else {}
 
         def rows_for(layer: int) -> torch.Tensor:
-            if not got:
-                if not gather:
-                    gather.append(self.store.submit(rows))
-                got.append(gather[0].wait())
-            return got[0][:, self._layer_index[layer]]
+            self._sync()  # the layers before this one are compute, not wait
+            start = time.perf_counter()
+            gather = gathers.pop(layer) if self.prefetch else submit(layer)
+            got = gather.wait()
+            self._sync()  # a copy still in flight on the device is part of the wait
+            waits[layer] += (time.perf_counter() - start) * 1000
+            return got
 
         return rows_for
+
+    def _sync(self) -> None:
+        """Segments are host wall time: on CUDA, wait for the queued kernels at each boundary
+        (the step synchronises once it reads its logits anyway; replay would not)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _sample(self, seq: Sequence, logits: torch.Tensor) -> int:
         p = seq.params

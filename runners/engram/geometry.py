@@ -4,8 +4,12 @@ For each Engram layer, n-gram order n and head h, the row of position t is
     mix = XOR_{i<n} (id[t-i] * M[layer, n, i])       (uint64, wrapping)
     row = offset[layer, n, h] + mix mod P[layer, n, h]
 with odd multipliers M and a distinct prime P per (layer, order, head). All blocks live in one
-table. Token ids go through a compression map first; here it is the identity (the bundled
-tokenizer has no case or whitespace variants to merge), documented rather than faked.
+table. Token ids go through the tokenizer's compression map first (runners.engram.compression:
+ids that normalise alike share one id), passed in so this module stays pure. The map decides
+only which rows are read, never what a row holds, so the table header does not record it.
+
+A row is `row_bytes` FP8 values; with `scale_bytes` it also has that many ue8m0 exponents,
+stored in their own region (as the published vLLM port of DeepSeek-V4.1 does): two accesses.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class EngramGeometry:
     row_bytes: int  # FP8 values per row, one byte each
     table_bytes: int
     seed: int = 0
+    scale_bytes: int = 0  # ue8m0 exponents per row, in the scales region
+    compression: np.ndarray | None = field(default=None, repr=False, compare=False)  # [vocab]
     primes: np.ndarray = field(init=False, repr=False)  # [layers, orders, heads]
     offsets: np.ndarray = field(init=False, repr=False)  # [layers, orders, heads]
     multipliers: np.ndarray = field(init=False, repr=False)  # [layers, orders, max_order]
@@ -58,8 +64,13 @@ class EngramGeometry:
     def __post_init__(self) -> None:
         if not self.layers or not self.orders or min(self.orders) < 2:
             raise ValueError("Engram needs at least one layer and n-gram orders >= 2")
+        if self.scale_bytes < 0 or (self.scale_bytes and self.row_bytes % self.scale_bytes):
+            raise ValueError("Engram scales must each cover an equal block of a row's values")
+        if self.compression is not None and (
+                self.compression.ndim != 1 or self.compression.dtype.kind not in "iu"):
+            raise ValueError("the compression map must be one integer id per vocabulary id")
         blocks = len(self.layers) * len(self.orders) * self.heads
-        rows_per_block = self.table_bytes // self.row_bytes // blocks
+        rows_per_block = self.table_bytes // self.row_width // blocks
         primes = np.array(primes_below(rows_per_block, blocks), dtype=np.uint64)
         primes = primes.reshape(len(self.layers), len(self.orders), self.heads)
         offsets = np.concatenate([[0], np.cumsum(primes.ravel())[:-1]]).astype(np.int64)
@@ -79,8 +90,18 @@ class EngramGeometry:
         return len(self.layers) * len(self.orders) * self.heads
 
     @property
+    def row_width(self) -> int:
+        """Bytes a gathered row carries to the model: values, then scales."""
+        return self.row_bytes + self.scale_bytes
+
+    @property
     def bytes_per_token(self) -> int:
-        return self.rows_per_token * self.row_bytes
+        return self.rows_per_token * self.row_width
+
+    @property
+    def accesses_per_row(self) -> int:
+        """Separate reads per row: the values, and the scales when they exist."""
+        return 2 if self.scale_bytes else 1
 
     @property
     def history(self) -> int:
@@ -92,7 +113,10 @@ class EngramGeometry:
 
         Returns int64 [new, layers, orders * heads], order-major within a layer.
         """
-        ids = np.asarray(context, dtype=np.uint64)
+        ids = np.asarray(context)
+        if self.compression is not None:
+            ids = self.compression[ids]
+        ids = ids.astype(np.uint64)
         n = ids.shape[0]
         pad = np.full(self.history, PAD_ID, dtype=np.uint64)
         padded = np.concatenate([pad, ids])
@@ -112,8 +136,14 @@ class EngramGeometry:
         return out
 
     def params(self) -> dict:
-        """What the table file header records, so a file built otherwise is refused."""
-        return {"layers": list(self.layers), "orders": list(self.orders), "heads": self.heads,
-                "row_bytes": self.row_bytes, "table_bytes": self.table_bytes, "seed": self.seed,
-                "primes": [int(p) for p in self.primes.ravel()],
-                "multipliers": [int(m) for m in self.multipliers.ravel()]}
+        """What the table file header records, so a file built otherwise is refused.
+
+        `scale_bytes` appears only when set, so table files written before scales existed
+        (every unscaled geometry) keep verifying."""
+        params = {"layers": list(self.layers), "orders": list(self.orders), "heads": self.heads,
+                  "row_bytes": self.row_bytes, "table_bytes": self.table_bytes, "seed": self.seed,
+                  "primes": [int(p) for p in self.primes.ravel()],
+                  "multipliers": [int(m) for m in self.multipliers.ravel()]}
+        if self.scale_bytes:
+            params["scale_bytes"] = self.scale_bytes
+        return params

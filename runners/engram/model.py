@@ -1,8 +1,9 @@
 """The bundled decoder: RMSNorm, rotary attention over a preallocated KV cache, MLP, and
 Engram layers that add gated table rows to the residual stream.
 
-The forward pass takes a `rows_for(layer)` callback: it blocks only when the Engram layer
-needs its rows, so the gather submitted before layer 0 overlaps the layers before it.
+As in DeepSeek's reference, an Engram layer's block starts with it: h = engram(h, rows), then
+attention, then MLP. The forward pass takes a `rows_for(layer)` callback that blocks only
+until that layer's own rows arrive, so each layer's gather overlaps every layer before it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from torch import nn
 
 from runners.engram.config import ModelConfig
 
-RowsFor = Callable[[int], torch.Tensor]  # layer index -> uint8 [tokens, rows, row_bytes]
+# layer index -> uint8 [tokens, rows, row_values + scale_bytes]: FP8 values, then exponents
+RowsFor = Callable[[int], torch.Tensor]
+UE8M0_BIAS = 127  # a ue8m0 scale byte e stands for 2 ** (e - 127)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -33,13 +36,25 @@ class Engram(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        self.values = cfg.engram_row_values
+        self.scales = cfg.engram_scale_bytes
         width = len(cfg.engram_orders) * cfg.engram_heads * cfg.engram_row_values
         self.value = nn.Linear(width, cfg.d_model, bias=False)
         self.key = nn.Linear(width, cfg.d_model, bias=False)
         self.scale = 1.0 / math.sqrt(cfg.d_model)
 
+    def dequantise(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """uint8 [tokens, rows, values + scales] -> [tokens, rows * values]: each scale
+        multiplies its block of values // scales consecutive values."""
+        x = rows[..., : self.values].view(torch.float8_e4m3fn).to(dtype)
+        if self.scales:
+            exponents = rows[..., self.values :].to(torch.float32) - UE8M0_BIAS
+            blocks = x.unflatten(-1, (self.scales, -1))
+            x = (blocks * torch.exp2(exponents).to(dtype).unsqueeze(-1)).flatten(-2)
+        return x.flatten(1)  # order-major concat
+
     def forward(self, h: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        x = rows.view(torch.float8_e4m3fn).to(h.dtype).flatten(1)  # order-major concat
+        x = self.dequantise(rows, h.dtype)
         gate = torch.sigmoid((rms_norm(h) * rms_norm(self.key(x))).sum(-1, keepdim=True)
                              * self.scale)
         return h + gate * self.value(x)
@@ -95,6 +110,8 @@ class EngramLM(nn.Module):
         n_tok = tokens.shape[0]
         lengths = pos + 1 if not prefill else None
         for i, block in enumerate(self.blocks):
+            if i in cfg.engram_layers:
+                h = self.engrams[str(i)](h, rows_for(i))
             x = rms_norm(h, block.attn_norm)
             q, k, v = block.qkv(x).view(n_tok, 3, cfg.n_heads, cfg.head_dim).unbind(1)
             q, k = self._rope(q, pos), self._rope(k, pos)
@@ -121,8 +138,6 @@ class EngramLM(nn.Module):
             h = h + block.out(att)
             gate, up = block.up(rms_norm(h, block.mlp_norm)).chunk(2, -1)
             h = h + block.down(F.silu(gate) * up)
-            if i in cfg.engram_layers:
-                h = self.engrams[str(i)](h, rows_for(i))
         last = h[-1:] if prefill else h
         return rms_norm(last, self.final_norm) @ self.embed.weight.T
 

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-import resource
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from runners.engram import table_file
+from runners.engram import kernel, table_file
+from runners.engram.compression import compression_map
 from runners.engram.config import ModelConfig, preset
-from runners.engram.engine import Engine
+from runners.engram.engine import DECODE_MODES, Engine
+from runners.engram.exposition import exposition
 from runners.engram.geometry import EngramGeometry
 from runners.engram.model import load_model
 from runners.engram.serving import Serving
-from runners.engram.table_store import IO_MODES, PLACEMENTS, TableStore, open_store
+from runners.engram.table_store import (
+    CACHE_STATES,
+    IO_MODES,
+    PAGE,
+    PLACEMENTS,
+    TableCacheError,
+    TableStore,
+    open_store,
+)
 from runners.engram.tokenizer import EngramTokenizer
 from runners.sizing import fits_placement
 
@@ -32,8 +42,11 @@ class ServerOptions:
     io_mode: str = "mmap"
     table_gib: float = 2.0
     table_path: Path | None = None
-    memory_budget_gib: float | None = None  # default: free RAM
-    page_cache_gib: float | None = None  # nvme: resident budget of the table
+    memory_budget_gib: float | None = None  # fit check; default: free RAM
+    cache_ratio: float = 1.0  # nvme: share of the table its cache may hold (the device's)
+    page_cache_gib: float | None = None  # nvme: an absolute cache budget instead of the ratio
+    cache_state: str | None = None  # nvme: cold (default) or warm at start
+    decode: str = "sample"  # or replay: emit a natural text, logits still computed
     max_running: int = 8
     max_waiting: int = 256
     prefetch: bool = True
@@ -48,6 +61,18 @@ class ServerOptions:
             raise ServerConfigError("--table-size-gb must be positive")
         if self.max_running < 1:
             raise ServerConfigError("max running requests must be at least 1")
+        if not 0 < self.cache_ratio <= 1:
+            raise ServerConfigError(f"--cache-ratio must be in (0, 1], not {self.cache_ratio:g}")
+        if self.page_cache_gib is not None and self.page_cache_gib <= 0:
+            raise ServerConfigError("--page-cache-gb must be positive")
+        if self.cache_state is not None and self.cache_state not in CACHE_STATES:
+            raise ServerConfigError(f"--cache-state must be one of {', '.join(CACHE_STATES)}")
+        if self.cache_state is not None and self.placement != "nvme":
+            raise ServerConfigError(
+                f"--cache-state means nothing for --placement {self.placement}: the table is "
+                "read into memory at start; only nvme has a page cache to start cold or warm")
+        if self.decode not in DECODE_MODES:
+            raise ServerConfigError(f"--decode must be one of {', '.join(DECODE_MODES)}")
 
 
 def free_ram_bytes() -> int:
@@ -82,74 +107,129 @@ class Runtime:
         else:
             budget, source = free_ram_bytes(), "free RAM"
         check_fits(options.placement, table_bytes, budget, source)
-        self.geometry = EngramGeometry(self.cfg.engram_layers, self.cfg.engram_orders,
-                                       self.cfg.engram_heads, self.cfg.engram_row_values,
-                                       table_bytes, seed=self.cfg.seed)
-        path = options.table_path or (
-            options.results_dir / "tables" / f"{self.cfg.name}-{options.table_gib:g}gib.bin")
+        self.tokenizer = EngramTokenizer()
+        self.geometry = EngramGeometry(
+            self.cfg.engram_layers, self.cfg.engram_orders, self.cfg.engram_heads,
+            self.cfg.engram_row_values, table_bytes, seed=self.cfg.seed,
+            scale_bytes=self.cfg.engram_scale_bytes,
+            compression=compression_map(self.tokenizer))
+        scaled = f"-s{self.cfg.engram_scale_bytes}" if self.cfg.engram_scale_bytes else ""
+        path = options.table_path or (options.results_dir / "tables"
+                                      / f"{self.cfg.name}-{options.table_gib:g}gib{scaled}.bin")
         try:
             self.table = table_file.open_or_create(path, self.geometry)
         except table_file.TableFileError as exc:
             raise ServerConfigError(str(exc)) from None
-        resident = budget
-        if options.page_cache_gib is not None:
-            resident = min(resident, int(options.page_cache_gib * GIB))
-        self.store: TableStore = open_store(self.table, options.placement, options.io_mode,
-                                            self.device, resident)
-        self.resident_budget = resident
+        self.nvme = options.placement == "nvme"
+        self.cache_state = (options.cache_state or "cold") if self.nvme else None
+        self.table_budget = self._table_budget() if self.nvme else None
+        try:
+            self.store: TableStore = open_store(self.table, options.placement, options.io_mode,
+                                                self.device, self.table_budget or 0,
+                                                self.cache_state or "cold")
+        except TableCacheError as exc:
+            raise ServerConfigError(str(exc)) from None
         model = load_model(self.cfg, options.results_dir / "weights", self.device)
-        self.tokenizer = EngramTokenizer()
         self.engine = Engine(model, self.geometry, self.store, self.tokenizer.eos_id,
-                             options.max_running, options.max_waiting, options.prefetch)
+                             options.max_running, options.max_waiting, options.prefetch,
+                             options.decode)
         self.serving = Serving(self.engine, self.tokenizer, self.cfg.name)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self._block_stat = kernel.block_stat_path(str(self.table.path))
+        self._started = time.monotonic()
+        self._kernel_at_start = (kernel.disk_read_bytes(), kernel.page_faults()[0])
+
+    def _table_budget(self) -> int:
+        """nvme: the device's share of the table (or --page-cache-gb), at least one decode
+        step's pages at the running limit, so a step never evicts its own rows."""
+        o = self.options
+        budget = (int(o.page_cache_gib * GIB) if o.page_cache_gib is not None
+                  else int(o.cache_ratio * self.table.data_bytes))
+        step_pages = o.max_running * self.geometry.rows_per_token * self.geometry.accesses_per_row
+        if budget < step_pages * PAGE:
+            raise ServerConfigError(
+                f"a table cache budget of {budget / 2**20:.2f} MiB is smaller than one decode "
+                f"step's pages at {o.max_running} running requests ({o.max_running} x "
+                f"{self.geometry.rows_per_token} rows x {self.geometry.accesses_per_row} "
+                f"accesses x 4 KiB = {step_pages * PAGE / 2**20:.2f} MiB); raise --cache-ratio "
+                "or --page-cache-gb")
+        return budget
+
+    def describe_table(self) -> str:
+        """One line for the start-up log: where the table is and what it may keep resident."""
+        text = (f"table {self.table.data_bytes / GIB:.2f} GiB on {self.options.placement}"
+                f"{f' ({self.options.io_mode})' if self.nvme else ''} at {self.table.path}")
+        if self.table_budget is not None:
+            kind = "page-cache" if self.options.io_mode == "mmap" else "row-cache"
+            text += (f"; {kind} budget {self.table_budget / 2**20:.1f} MiB "
+                     f"({self.table_budget / self.table.data_bytes:.3f} of the table), "
+                     f"{self.cache_state} start")
+        return text + f"; decode {self.options.decode}"
 
     def start(self) -> None:
         self.engine.start()
+
+    def drop_table_cache(self) -> None:
+        self.store.drop_cache()
 
     def close(self) -> None:
         self.engine.stop()
         self.store.close()
 
     def stats(self) -> dict:
-        t = self.store.stats.as_dict()
+        """Every figure the server measures; /stats is this dict, /metrics renders it."""
         e = self.engine.stats
+        t = self.store.counters.snapshot()
         tokens = e.prefill_tokens + e.decode_tokens
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        gather = t["gather_ms"]
+        wait = e.engram_wait_ms
+        read = kernel.disk_read_bytes()
+        major, minor = kernel.page_faults()
+        block = kernel.block_reads(self._block_stat)
+        read0, major0 = self._kernel_at_start
+        served = tokens or None  # per-token figures need tokens
+
+        def per_token(value: float | None) -> float | None:
+            return None if value is None or served is None else value / served
+
+        disk_since = None if read is None or read0 is None else read - read0
+        hit_rate = None
+        if disk_since is not None and t["pages_requested"]:
+            hit_rate = max(0.0, 1 - disk_since / PAGE / t["pages_requested"])
         return {
             "model": self.cfg.name, "device": str(self.device),
             "placement": self.options.placement,
-            "io_mode": self.options.io_mode if self.options.placement == "nvme" else None,
-            "prefetch": self.options.prefetch, "table_bytes": self.table.data_bytes,
-            "table_path": str(self.table.path), "resident_budget_bytes": self.resident_budget,
+            "io_mode": self.options.io_mode if self.nvme else None,
+            "cache_state": self.cache_state, "decode": self.options.decode,
+            "prefetch": self.options.prefetch, "table_path": str(self.table.path),
+            "uptime_s": time.monotonic() - self._started,
+            "table_bytes": self.table.data_bytes, "table_budget_bytes": self.table_budget,
+            "cache_ratio": (self.table_budget / self.table.data_bytes
+                            if self.table_budget is not None else None),
             "weight_bytes": self.weight_bytes,
             "tokens": tokens, "prefill_tokens": e.prefill_tokens,
-            "decode_tokens": e.decode_tokens, "steps": e.steps, "step_ms": e.step_ms,
-            "engram_rows_read": t["rows_requested"],
-            "engram_bytes_read": t["rows_requested"] * self.geometry.row_bytes,
-            "engram_rows_fetched": t["rows_fetched"], "engram_bytes_fetched": t["bytes_fetched"],
-            "bytes_per_token": (t["rows_requested"] * self.geometry.row_bytes / tokens
-                                if tokens else None),
-            "gather_ms": gather, "copy_ms": t["copy_ms"], "stall_ms": t["stall_ms"],
-            "stall_fraction": t["stall_ms"] / e.step_ms if e.step_ms else None,
-            "hidden_fraction": max(0.0, 1 - t["stall_ms"] / gather) if gather else None,
-            "page_faults_major": usage.ru_majflt, "page_faults_minor": usage.ru_minflt,
-            "mapping_resident_bytes": t["resident_bytes"],
-            "row_cache_hits": t["cache_hits"], "row_cache_misses": t["cache_misses"],
-            "evictions": t["evictions"],
-            "queue_depth": self.engine.queue_depth, "running_requests": self.engine.running,
-            "requests_finished": e.requests_finished, "requests_cancelled": e.requests_cancelled,
+            "decode_tokens": e.decode_tokens, "steps": e.steps,
+            "prefill_steps": e.prefill_steps, "decode_steps": e.decode_steps,
+            "step_ms": e.step_ms, "prefill_step_ms": e.prefill_step_ms,
+            "decode_step_ms": e.decode_step_ms, "compute_ms": e.compute_ms,
+            "engram_wait_ms": wait,
+            "engram_wait_ms_by_layer": {str(k): v for k, v in
+                                        dict(e.engram_wait_ms_by_layer).items()},
+            "hash_ms": e.hash_ms, "sample_ms": e.sample_ms, "emit_ms": e.emit_ms,
+            **t,
+            "disk_read_bytes": read, "page_faults_major": major, "page_faults_minor": minor,
+            "blockdev_reads": block.reads if block else None,
+            "blockdev_read_ms": block.read_ms if block else None,
+            **self.store.residency(),
+            "bytes_requested_per_token": per_token(t["bytes_requested"]),
+            "disk_read_bytes_per_token": per_token(disk_since),
+            "major_faults_per_token": per_token(major - major0),
+            "stall_fraction": wait / e.step_ms if e.step_ms else None,
+            "page_hit_rate": hit_rate,
+            "requests_waiting": self.engine.queue_depth,
+            "running_requests": self.engine.running,
+            "requests_finished": e.requests_finished,
+            "requests_cancelled": e.requests_cancelled,
         }
 
-    def prometheus(self) -> str:
-        info = self.stats()
-        lines = []
-        for key, value in info.items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            name = f"engram_{key}"
-            lines += [f"# TYPE {name} gauge", f"{name} {value}"]
-        lines.append(f'engram_info{{placement="{info["placement"]}",model="{info["model"]}",'
-                     f'device="{info["device"]}"}} 1')
-        return "\n".join(lines) + "\n"
+    def prometheus(self) -> bytes:
+        return exposition(self.stats())

@@ -1,7 +1,10 @@
 """The Engram table file: written once (seeded FP8 rows), verified by its header, reused.
 
 Layout: a 16 KiB header (magic, then JSON: shape, dtype, hash parameters, checksum), then
-rows * row_bytes bytes, starting page-aligned so O_DIRECT reads work. The checksum covers
+rows * row_bytes FP8 values, starting page-aligned so O_DIRECT reads work. A geometry with
+scales (deepseek-mini) adds a second, page-aligned region of rows * scale_bytes ue8m0
+exponents after the values, as the published vLLM port of DeepSeek-V4.1 keeps them in their
+own array: reading a row is then two accesses. The checksum covers
 the header fields and 1,024 evenly spaced 4 KiB blocks plus the last one, so verifying a
 32 GiB file takes well under a second while a changed, truncated or foreign file is caught.
 A file that fails verification is refused, never silently rebuilt over.
@@ -37,12 +40,30 @@ class TableFileError(RuntimeError):
 class TableFile:
     path: Path
     rows: int
-    row_bytes: int
+    row_bytes: int  # FP8 values per row
+    scale_bytes: int = 0  # ue8m0 exponents per row, in their own region (0: none)
     data_offset: int = HEADER_BYTES
 
     @property
-    def data_bytes(self) -> int:
+    def values_bytes(self) -> int:
         return self.rows * self.row_bytes
+
+    @property
+    def scale_offset(self) -> int:
+        """Start of the scales region: page-aligned after the values."""
+        end = self.data_offset + self.values_bytes
+        return -(-end // _BLOCK) * _BLOCK
+
+    @property
+    def data_bytes(self) -> int:
+        """Table bytes: values and scales."""
+        return self.rows * (self.row_bytes + self.scale_bytes)
+
+    @property
+    def file_bytes(self) -> int:
+        if not self.scale_bytes:
+            return self.data_offset + self.values_bytes
+        return self.scale_offset + self.rows * self.scale_bytes
 
 
 def _fp8_chunks(seed: int, nbytes: int) -> Iterator[np.ndarray]:
@@ -61,7 +82,18 @@ def _fp8_chunks(seed: int, nbytes: int) -> Iterator[np.ndarray]:
         left -= n
 
 
+def _ue8m0_chunks(seed: int, nbytes: int) -> Iterator[np.ndarray]:
+    """Seeded power-of-two scales near 1 (exponent bytes 124..130, i.e. 2**-3 .. 2**3)."""
+    rng = np.random.default_rng(seed + 1)
+    left = nbytes
+    while left:
+        n = min(left, _WRITE_CHUNK)
+        yield rng.integers(124, 131, size=n, dtype=np.uint8)
+        left -= n
+
+
 def _checksum(path: Path, header_fields: dict, data_offset: int, data_bytes: int) -> str:
+    """Blocks sampled evenly over [data_offset, data_offset + data_bytes)."""
     digest = hashlib.blake2b(json.dumps(header_fields, sort_keys=True).encode(), digest_size=16)
     with open(path, "rb") as f:
         last = max(data_bytes - _BLOCK, 0)
@@ -80,23 +112,40 @@ def _header_fields(geometry: EngramGeometry, fill_seed: int) -> dict:
 def create(path: Path, geometry: EngramGeometry, fill_seed: int = 0) -> TableFile:
     """Write a new table file (to a temporary name, renamed when complete)."""
     fields = _header_fields(geometry, fill_seed)
-    data_bytes = geometry.total_rows * geometry.row_bytes
+    table = _layout(path, geometry)
     path.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(path.parent).free
-    if free < data_bytes + HEADER_BYTES:
+    if free < table.file_bytes:
         raise TableFileError(
             f"{path.parent} has {free / 2**30:.1f} GiB free; the table needs "
-            f"{data_bytes / 2**30:.1f} GiB"
+            f"{table.file_bytes / 2**30:.1f} GiB"
         )
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "wb") as f:
         f.write(b"\0" * HEADER_BYTES)
-        for chunk in _fp8_chunks(fill_seed, data_bytes):
+        for chunk in _fp8_chunks(fill_seed, table.values_bytes):
             f.write(chunk.data)
-    fields["checksum"] = _checksum(tmp, fields, HEADER_BYTES, data_bytes)
+        if table.scale_bytes:
+            f.write(b"\0" * (table.scale_offset - f.tell()))
+            for chunk in _ue8m0_chunks(fill_seed, table.rows * table.scale_bytes):
+                f.write(chunk.data)
+    fields["checksum"] = _file_checksum(tmp, fields, table)
     _write_header(tmp, fields)
     os.replace(tmp, path)
-    return TableFile(path, geometry.total_rows, geometry.row_bytes)
+    return table
+
+
+def _layout(path: Path, geometry: EngramGeometry) -> TableFile:
+    return TableFile(path, geometry.total_rows, geometry.row_bytes, geometry.scale_bytes)
+
+
+def _file_checksum(path: Path, fields: dict, table: TableFile) -> str:
+    """The values region as in version 1 files; the scales region, if any, sampled too."""
+    digest = _checksum(path, fields, table.data_offset, table.values_bytes)
+    if table.scale_bytes:
+        scales = _checksum(path, {}, table.scale_offset, table.rows * table.scale_bytes)
+        digest = hashlib.blake2b((digest + scales).encode(), digest_size=16).hexdigest()
+    return digest
 
 
 def _write_header(path: Path, fields: dict) -> None:
@@ -128,15 +177,15 @@ def open_verified(path: Path, geometry: EngramGeometry, fill_seed: int = 0) -> T
                 f"{path} was built for another table ({key} differs); pass the same preset and "
                 "--table-size-gb, or another --table-path"
             )
-    data_bytes = geometry.total_rows * geometry.row_bytes
+    table = _layout(path, geometry)
     size = path.stat().st_size
-    if size != HEADER_BYTES + data_bytes:
+    if size != table.file_bytes:
         raise TableFileError(f"{path} is truncated or padded: {size} bytes, expected "
-                             f"{HEADER_BYTES + data_bytes}")
-    if _checksum(path, expected, HEADER_BYTES, data_bytes) != fields.get("checksum"):
+                             f"{table.file_bytes}")
+    if _file_checksum(path, expected, table) != fields.get("checksum"):
         raise TableFileError(f"{path} fails its checksum: the file was changed after it was "
                              "written")
-    return TableFile(path, geometry.total_rows, geometry.row_bytes)
+    return table
 
 
 def open_or_create(path: Path, geometry: EngramGeometry, fill_seed: int = 0) -> TableFile:

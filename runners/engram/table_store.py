@@ -4,12 +4,14 @@ Placements (DESIGN.md):
 - `device`: the whole table in compute memory; a gather is one index_select.
 - `host`: the table in host RAM (pinned when CUDA is present); rows are gathered into a
   staging buffer and copied to the device (non-blocking, on a side stream under CUDA).
-- `nvme`: the table file stays on disk. `mmap`: a read-only mapping with MADV_RANDOM,
-  WILLNEED for large gathers and a resident-size budget; `direct`: O_DIRECT reads from a thread
-  pool behind a byte-bounded row cache.
-`submit(rows)` starts a gather and returns at once (row addresses come from token ids alone,
-so the engine submits before layer 0); `Gather.wait()` blocks at the Engram layer and the
-time it blocks is the stall. Duplicate rows in one step are fetched once.
+- `nvme`: the table file stays on disk. `mmap`: a read-only mapping (MADV_RANDOM) whose page
+  cache is held to a budget by page-granular LRU eviction in a background thread; the missing
+  pages of a gather are all requested at once (MADV_WILLNEED), so their reads overlap.
+  `direct`: O_DIRECT reads from a thread pool behind a byte-bounded row cache.
+`submit(rows, phase)` starts a gather and returns at once (row addresses come from token ids
+alone, so the engine submits before layer 0); `Gather.wait()` blocks at the Engram layer, and
+the engine times that wait. Duplicate rows in one gather are fetched once. A row is its FP8
+values followed by its scale bytes when the table has a scales region (two reads per row).
 """
 
 from __future__ import annotations
@@ -20,113 +22,140 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
 
+from runners.engram import kernel
+from runners.engram.page_lru import PageLRU
 from runners.engram.table_file import TableFile
 
 PLACEMENTS = ("device", "host", "nvme")
 IO_MODES = ("mmap", "direct")
+CACHE_STATES = ("cold", "warm")
+PHASES = ("prefill", "decode")
 PAGE = 4096
-WILLNEED_ROWS = 256  # gathers with more unique rows than this ask the kernel to read ahead
 Fetched = tuple[torch.Tensor, "torch.cuda.Event | None"]  # unique rows, copy-done event
 
 
+class TableCacheError(RuntimeError):
+    """The page cache could not be put in the state asked for; one sentence for the user."""
+
+
 @dataclass(slots=True)
-class TableStats:
-    """Counters the server exposes on /stats and /metrics."""
+class TableCounters:
+    """The store's own arithmetic (`*_requested`) and clocks; kernel truth is in kernel.py."""
 
     gathers: int = 0
-    rows_requested: int = 0  # every row every token read (duplicates included)
-    rows_fetched: int = 0  # unique rows actually fetched from the table's placement
-    bytes_fetched: int = 0
-    gather_ms: float = 0.0
-    copy_ms: float = 0.0
-    stall_ms: float = 0.0
-    cache_hits: int = 0
-    cache_misses: int = 0
-    evictions: int = 0
-    resident_bytes: int = 0
+    rows_requested: int = 0  # every row every token asked for (duplicates included)
+    unique_rows_requested: int = 0  # after de-duplication within each gather
+    bytes_requested: int = 0  # rows_requested x row width (values and scales)
+    pages_requested: int = 0  # distinct file pages each gather touched, summed (mmap)
+    prefill_gather_ms: float = 0.0  # wall time of gathers in the worker, by phase
+    decode_gather_ms: float = 0.0
+    gather_cpu_ms: float = 0.0  # CPU time of the threads that gather (worker, readers)
+    copy_ms: float = 0.0  # host placement: staging -> compute device
+    row_cache_hits: int = 0  # nvme/direct's own row cache
+    row_cache_misses: int = 0
+    pages_evicted: int = 0  # nvme/mmap: pages the LRU dropped from mapping and page cache
+    evictions: int = 0  # eviction batches
+    evict_cpu_ms: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "lock"}
+    def add(self, **amounts: float) -> None:
+        with self.lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
 
 
 class Gather:
-    """A step's rows in flight; `wait()` returns uint8 [*shape, row_bytes] on the device."""
+    """A gather in flight; `wait()` returns uint8 [*shape, row width] on the device."""
 
-    def __init__(self, future: Future, inverse: np.ndarray, shape: tuple, stats: TableStats,
+    def __init__(self, future: Future, inverse: np.ndarray, shape: tuple,
                  device: torch.device) -> None:
         self._future = future
         self._inverse = torch.from_numpy(inverse.reshape(-1)).to(device)
         self._shape = shape
-        self._stats = stats
 
     def wait(self) -> torch.Tensor:
-        start = time.perf_counter()
         unique_rows, event = self._future.result()
         if event is not None:
             torch.cuda.current_stream().wait_event(event)
-        stall = (time.perf_counter() - start) * 1000
-        with self._stats.lock:
-            self._stats.stall_ms += stall
         rows = unique_rows.index_select(0, self._inverse)
         return rows.view(*self._shape, unique_rows.shape[-1])
 
 
 class TableStore:
-    """Base: dedup, the worker thread that hides fetch latency, counters."""
+    """Base: de-duplication, the worker thread that hides fetch latency, counters."""
 
     placement = ""
 
     def __init__(self, table: TableFile, device: torch.device) -> None:
         self.table = table
-        self.row_bytes = table.row_bytes
+        self.row_width = table.row_bytes + table.scale_bytes
         self.device = device
-        self.stats = TableStats()
+        self.counters = TableCounters()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-gather")
 
-    def submit(self, rows: np.ndarray) -> Gather:
+    def submit(self, rows: np.ndarray, phase: str = "decode") -> Gather:
         unique, inverse = np.unique(rows.reshape(-1), return_inverse=True)
-        with self.stats.lock:
-            self.stats.gathers += 1
-            self.stats.rows_requested += rows.size
-            self.stats.rows_fetched += unique.size
-            self.stats.bytes_fetched += unique.size * self.row_bytes
-        future = self._worker.submit(self._fetch_timed, unique)
-        return Gather(future, inverse, rows.shape, self.stats, self.device)
+        self.counters.add(gathers=1, rows_requested=rows.size, unique_rows_requested=unique.size,
+                          bytes_requested=rows.size * self.row_width)
+        future = self._worker.submit(self._fetch_timed, unique, phase)
+        return Gather(future, inverse, rows.shape, self.device)
 
-    def _fetch_timed(self, unique: np.ndarray) -> Fetched:
-        start = time.perf_counter()
+    def _fetch_timed(self, unique: np.ndarray, phase: str) -> Fetched:
+        start, cpu = time.perf_counter(), time.thread_time()
         result = self._fetch(unique)
-        with self.stats.lock:
-            self.stats.gather_ms += (time.perf_counter() - start) * 1000
+        self.counters.add(**{f"{phase}_gather_ms": (time.perf_counter() - start) * 1000,
+                             "gather_cpu_ms": (time.thread_time() - cpu) * 1000})
         return result
 
     def _fetch(self, unique: np.ndarray) -> Fetched:
         raise NotImplementedError
 
+    def drop_cache(self) -> None:
+        """Bring the offload tier back to its cold state (nvme only)."""
+        raise TableCacheError(f"the table is held in memory (placement {self.placement}); "
+                              "only --placement nvme has a cache to drop")
+
+    def residency(self) -> dict[str, int | None]:
+        """Kernel-measured residency of the table file; None where it means nothing."""
+        return {"table_resident_bytes": None, "table_resident_peak_bytes": None,
+                "table_mapping_rss_bytes": None}
+
     def close(self) -> None:
         self._worker.shutdown(wait=True)
 
 
-
-def _read_table(table: TableFile, pin: bool) -> torch.Tensor:
-    """The whole table as a uint8 [rows, row_bytes] tensor in host memory."""
-    data = torch.empty((table.rows, table.row_bytes), dtype=torch.uint8, pin_memory=pin)
-    flat = data.view(-1).numpy()
+def read_rows(table: TableFile, pin: bool) -> torch.Tensor:
+    """The whole table as uint8 [rows, row width] (values, then scales) in host memory."""
+    data = torch.empty((table.rows, table.row_bytes + table.scale_bytes), dtype=torch.uint8,
+                       pin_memory=pin)
     with open(table.path, "rb") as f:
-        f.seek(table.data_offset)
-        got = 0
-        while got < flat.size:
-            n = f.readinto(memoryview(flat[got:]))
-            if not n:
-                raise OSError(f"{table.path} ended early")
-            got += n
+        _read_region(f, table.data_offset, data[:, : table.row_bytes])
+        if table.scale_bytes:
+            _read_region(f, table.scale_offset, data[:, table.row_bytes :])
     return data
+
+
+def _read_region(f: object, offset: int, out: torch.Tensor) -> None:
+    """Read a [rows, width] region of the file into `out` (a column slice of the table)."""
+    region = np.empty(tuple(out.shape), dtype=np.uint8)
+    flat = region.reshape(-1)
+    f.seek(offset)  # type: ignore[attr-defined]
+    got = 0
+    while got < flat.size:
+        n = f.readinto(memoryview(flat[got:]))  # type: ignore[attr-defined]
+        if not n:
+            raise OSError("the table file ended early")
+        got += n
+    out.copy_(torch.from_numpy(region))
 
 
 class DeviceTable(TableStore):
@@ -134,8 +163,7 @@ class DeviceTable(TableStore):
 
     def __init__(self, table: TableFile, device: torch.device) -> None:
         super().__init__(table, device)
-        self._data = _read_table(table, pin=False).to(device)
-        self.stats.resident_bytes = table.data_bytes
+        self._data = read_rows(table, pin=False).to(device)
 
     def _fetch(self, unique: np.ndarray) -> Fetched:
         return self._data.index_select(0, torch.from_numpy(unique).to(self.device)), None
@@ -147,12 +175,11 @@ class HostTable(TableStore):
     def __init__(self, table: TableFile, device: torch.device) -> None:
         super().__init__(table, device)
         self._cuda = device.type == "cuda"
-        self._data = _read_table(table, pin=self._cuda)
+        self._data = read_rows(table, pin=self._cuda)
         self._stream = torch.cuda.Stream(device) if self._cuda else None
-        self.stats.resident_bytes = table.data_bytes
 
     def _fetch(self, unique: np.ndarray) -> Fetched:
-        staging = torch.empty((unique.size, self.row_bytes), dtype=torch.uint8,
+        staging = torch.empty((unique.size, self.row_width), dtype=torch.uint8,
                               pin_memory=self._cuda)
         torch.index_select(self._data, 0, torch.from_numpy(unique), out=staging)
         start = time.perf_counter()
@@ -166,59 +193,8 @@ class HostTable(TableStore):
             result = (rows, event)
         else:  # CPU compute: the copy into compute memory is a real copy all the same
             result = (staging.clone(), None)
-        with self.stats.lock:
-            self.stats.copy_ms += (time.perf_counter() - start) * 1000
+        self.counters.add(copy_ms=(time.perf_counter() - start) * 1000)
         return result
-
-
-class MmapTable(TableStore):
-    """nvme/mmap: page faults read rows; a resident budget drops pages when exceeded."""
-
-    placement = "nvme"
-
-    def __init__(self, table: TableFile, device: torch.device, budget_bytes: int) -> None:
-        super().__init__(table, device)
-        self._file = open(table.path, "rb")  # noqa: SIM115 (lives as long as the mapping)
-        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        self._map.madvise(mmap.MADV_RANDOM)
-        self._rows = np.frombuffer(self._map, dtype=np.uint8, count=table.data_bytes,
-                                   offset=table.data_offset).reshape(table.rows, table.row_bytes)
-        self._budget_pages = max(budget_bytes // PAGE, 1)
-        self._touched: set[int] = set()
-
-    def _fetch(self, unique: np.ndarray) -> Fetched:
-        first = (self.table.data_offset + unique * self.row_bytes) // PAGE
-        last = (self.table.data_offset + (unique + 1) * self.row_bytes - 1) // PAGE
-        pages = np.union1d(first, last)
-        if unique.size > WILLNEED_ROWS:
-            for page in pages:
-                self._map.madvise(mmap.MADV_WILLNEED, int(page) * PAGE, PAGE)
-        new_pages = [p for p in pages.tolist() if p not in self._touched]
-        if len(self._touched) + len(new_pages) > self._budget_pages:
-            self._evict()
-        self._touched.update(new_pages)
-        rows = torch.from_numpy(self._rows[unique])  # numpy copies: page faults happen here
-        if len(self._touched) > self._budget_pages:  # one gather larger than the budget
-            self._evict()
-        with self.stats.lock:
-            self.stats.cache_misses += len(new_pages)
-            self.stats.cache_hits += pages.size - len(new_pages)
-            self.stats.resident_bytes = len(self._touched) * PAGE
-        return rows.to(self.device), None
-
-    def _evict(self) -> None:
-        """Drop the whole mapping's pages (and their page cache): the budget holds."""
-        self._map.madvise(mmap.MADV_DONTNEED)
-        os.posix_fadvise(self._file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        self._touched.clear()
-        with self.stats.lock:
-            self.stats.evictions += 1
-
-    def close(self) -> None:
-        super().close()
-        del self._rows
-        self._map.close()
-        self._file.close()
 
 
 class DirectTable(TableStore):
@@ -234,23 +210,31 @@ class DirectTable(TableStore):
         except OSError as exc:
             raise OSError(f"O_DIRECT is not supported for {table.path}: {exc.strerror}") from None
         self._cache: OrderedDict[int, bytes] = OrderedDict()
-        self._cache_rows = max(cache_bytes // self.row_bytes, 1)
+        self._cache_rows = max(cache_bytes // self.row_width, 1)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="engram-pread")
         self._local = threading.local()
 
-    def _read_row(self, row: int) -> bytes:
+    def _pread(self, offset: int, length: int) -> bytes:
         buf = getattr(self._local, "buf", None)
         if buf is None:
             buf = self._local.buf = mmap.mmap(-1, 2 * PAGE)  # page-aligned, as O_DIRECT needs
-        start = self.table.data_offset + row * self.row_bytes
-        aligned = start - start % PAGE
-        span = PAGE if (start + self.row_bytes - aligned) <= PAGE else 2 * PAGE
-        view = memoryview(buf)[:span]
-        os.preadv(self._fd, [view], aligned)
-        return bytes(buf[start - aligned : start - aligned + self.row_bytes])
+        aligned = offset - offset % PAGE
+        span = PAGE if (offset + length - aligned) <= PAGE else 2 * PAGE
+        os.preadv(self._fd, [memoryview(buf)[:span]], aligned)
+        return bytes(buf[offset - aligned : offset - aligned + length])
+
+    def _read_row(self, row: int) -> bytes:
+        """One row: its values, then (a second read) its scales."""
+        cpu = time.thread_time()
+        t = self.table
+        data = self._pread(t.data_offset + row * t.row_bytes, t.row_bytes)
+        if t.scale_bytes:
+            data += self._pread(t.scale_offset + row * t.scale_bytes, t.scale_bytes)
+        self.counters.add(gather_cpu_ms=(time.thread_time() - cpu) * 1000)
+        return data
 
     def _fetch(self, unique: np.ndarray) -> Fetched:
-        out = np.empty((unique.size, self.row_bytes), dtype=np.uint8)
+        out = np.empty((unique.size, self.row_width), dtype=np.uint8)
         missing = []
         for i, row in enumerate(unique.tolist()):
             data = self._cache.get(row)
@@ -263,16 +247,14 @@ class DirectTable(TableStore):
                                                           [r for _, r in missing]), strict=True):
             out[i] = np.frombuffer(data, dtype=np.uint8)
             self._cache[row] = data
-        evicted = 0
         while len(self._cache) > self._cache_rows:
             self._cache.popitem(last=False)
-            evicted += 1
-        with self.stats.lock:
-            self.stats.cache_hits += unique.size - len(missing)
-            self.stats.cache_misses += len(missing)
-            self.stats.evictions += evicted
-            self.stats.resident_bytes = len(self._cache) * self.row_bytes
+        self.counters.add(row_cache_hits=unique.size - len(missing),
+                          row_cache_misses=len(missing))
         return torch.from_numpy(out).to(self.device), None
+
+    def drop_cache(self) -> None:
+        self._worker.submit(self._cache.clear).result()  # between gathers, never inside one
 
     def close(self) -> None:
         super().close()
@@ -280,8 +262,189 @@ class DirectTable(TableStore):
         os.close(self._fd)
 
 
+class MmapTable(TableStore):
+    """nvme/mmap: page faults read rows; the table's page cache is held to a budget.
+
+    Bookkeeping (PageLRU) decides which pages go; the kernel decides what is resident, and
+    residency is measured with mincore, never taken from the bookkeeping. Eviction runs in
+    its own thread between a high and a low watermark; a gather waits only when the budget
+    itself would be exceeded.
+    """
+
+    placement = "nvme"
+    HIGH, LOW = 0.95, 0.85  # evict from HIGH x budget down to LOW x budget
+    SAMPLE_S = 0.2  # mincore sampling period while gathers run
+
+    def __init__(self, table: TableFile, device: torch.device, budget_bytes: int,
+                 cache_state: str = "cold") -> None:
+        super().__init__(table, device)
+        self._file = open(table.path, "rb")  # noqa: SIM115 (lives as long as the mapping)
+        self._fd = self._file.fileno()
+        self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+        self._map.madvise(mmap.MADV_RANDOM)
+        whole = np.frombuffer(self._map, dtype=np.uint8)
+        self._base = whole.ctypes.data
+        self._values = whole[table.data_offset : table.data_offset + table.values_bytes]
+        self._values = self._values.reshape(table.rows, table.row_bytes)
+        self._scales = None
+        if table.scale_bytes:
+            end = table.scale_offset + table.rows * table.scale_bytes
+            self._scales = whole[table.scale_offset : end].reshape(table.rows, table.scale_bytes)
+        self._span = (table.data_offset, len(self._map) - table.data_offset)  # data pages
+        self.budget_bytes = budget_bytes
+        self._lru = PageLRU(-(-len(self._map) // PAGE), max(budget_bytes // PAGE, 1))
+        self._lock = threading.Condition()
+        self._evicting = 0  # pages chosen for eviction, not dropped yet
+        self._wake = threading.Event()
+        self._closed = False
+        self._peak = 0
+        self._sampled_gathers = -1
+        if cache_state == "cold":
+            self._drop_all(check=True)
+        else:
+            self._adopt_resident()
+        self._evictor = threading.Thread(target=self._evict_loop, name="engram-evict",
+                                         daemon=True)
+        self._evictor.start()
+
+    def _pages_of(self, unique: np.ndarray) -> np.ndarray:
+        t = self.table
+        spans = [(t.data_offset, t.row_bytes)]
+        if t.scale_bytes:
+            spans.append((t.scale_offset, t.scale_bytes))
+        ends = []
+        for offset, width in spans:
+            start = offset + unique * width
+            ends += [start // PAGE, (start + width - 1) // PAGE]
+        return np.unique(np.concatenate(ends))
+
+    def _fetch(self, unique: np.ndarray) -> Fetched:
+        pages = self._pages_of(unique)
+        budget = self._lru.budget_pages
+        with self._lock:
+            new = self._lru.touch(pages)
+            while (self._lru.held_pages + self._evicting > budget and not self._closed
+                   and self._lru.held_pages > pages.size):
+                self._wake.set()
+                self._lock.wait(0.05)
+            if self._lru.held_pages > self.HIGH * budget:
+                self._wake.set()
+        self.counters.add(pages_requested=pages.size)
+        starts, lengths = kernel.page_ranges(new)
+        kernel.madvise_ranges(self._base, starts, lengths, kernel.MADV_WILLNEED)
+        rows = self._values[unique]  # the copy faults; the reads asked for above overlap
+        if self._scales is not None:
+            rows = np.concatenate([rows, self._scales[unique]], axis=1)
+        return torch.from_numpy(rows).to(self.device), None
+
+    def _evict_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.SAMPLE_S)
+            self._wake.clear()
+            if self._closed:
+                return
+            if self._lru.held_pages > self.HIGH * self._lru.budget_pages:
+                self._evict(int(self.LOW * self._lru.budget_pages))
+            gathers = self.counters.gathers
+            if gathers != self._sampled_gathers:
+                self._sampled_gathers = gathers
+                self._sample(reconcile=True)
+
+    def _evict(self, target_pages: int) -> None:
+        cpu = time.thread_time()
+        with self._lock:
+            victims = self._lru.victims(target_pages)
+            self._evicting = victims.size
+        self._drop_pages(victims)
+        with self._lock:
+            self._evicting = 0
+            self._lock.notify_all()
+        self.counters.add(pages_evicted=victims.size, evictions=1,
+                          evict_cpu_ms=(time.thread_time() - cpu) * 1000)
+
+    def _drop_pages(self, pages: np.ndarray) -> None:
+        """Unmap each range, then drop it from the page cache at once: the kernel keeps a
+        page that is mapped, and a fault nearby maps cached neighbours again (fault-around)."""
+        starts, lengths = kernel.page_ranges(pages)
+        for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+            kernel.madvise(self._base + start * PAGE, length * PAGE, kernel.MADV_DONTNEED)
+            os.posix_fadvise(self._fd, start * PAGE, length * PAGE, os.POSIX_FADV_DONTNEED)
+
+    def _resident_pages(self) -> np.ndarray | None:
+        offset, length = self._span
+        resident = kernel.mincore(self._base + offset, length)
+        return None if resident is None else np.flatnonzero(resident) + offset // PAGE
+
+    def _sample(self, reconcile: bool = False) -> int | None:
+        """Residency from mincore; with `reconcile`, resident pages the LRU does not hold
+        (one that a race with fault-around kept) are dropped again."""
+        pages = self._resident_pages()
+        if pages is None:
+            return None
+        resident = pages.size * PAGE
+        if reconcile:
+            with self._lock:
+                strays = pages[~self._lru.held(pages)]
+            self._drop_pages(strays)
+        self._peak = max(self._peak, resident)
+        return resident
+
+    def _drop_all(self, check: bool) -> None:
+        """fdatasync, unmap, drop the file's page cache, and check with mincore."""
+        with self._lock:
+            self._lru.clear()
+        os.fdatasync(self._fd)  # a freshly written, dirty file is not dropped otherwise
+        for _ in range(3):
+            kernel.madvise(self._base, len(self._map), kernel.MADV_DONTNEED)
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            left = self._resident_pages()
+            if left is None or left.size == 0:
+                return
+            time.sleep(0.1)
+        if check:
+            raise TableCacheError(
+                f"{left.size * PAGE / 2**20:.1f} MiB of {self.table.path} stay in the page "
+                "cache after dropping it; another process maps or writes the file")
+
+    def _adopt_resident(self) -> None:
+        """Warm: keep what the kernel holds, up to the budget, in page-sized folios.
+
+        A freshly written file sits in large folios, which cannot be dropped page by page;
+        the kept pages are dropped and read back one page each so the LRU can evict them.
+        """
+        pages = self._resident_pages()
+        if pages is None or pages.size == 0:
+            return
+        keep = int(self.LOW * self._lru.budget_pages)
+        if pages.size > keep:
+            pages = pages[np.linspace(0, pages.size - 1, keep).astype(np.int64)]
+        self._drop_all(check=False)
+        starts, lengths = kernel.page_ranges(pages)
+        kernel.madvise_ranges(self._base, starts, lengths, kernel.MADV_WILLNEED)  # async reads
+        with self._lock:
+            self._lru.adopt(pages)
+
+    def drop_cache(self) -> None:
+        self._worker.submit(self._drop_all, True).result()  # between gathers, never inside one
+
+    def residency(self) -> dict[str, int | None]:
+        resident = self._sample()
+        return {"table_resident_bytes": resident,
+                "table_resident_peak_bytes": self._peak if resident is not None else None,
+                "table_mapping_rss_bytes": kernel.mapping_rss_bytes(self._base)}
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        super().close()
+        self._evictor.join(5)
+        del self._values, self._scales
+        self._map.close()
+        self._file.close()
+
+
 def open_store(table: TableFile, placement: str, io_mode: str, device: torch.device,
-               budget_bytes: int) -> TableStore:
+               budget_bytes: int, cache_state: str = "cold") -> TableStore:
     if placement == "device":
         return DeviceTable(table, device)
     if placement == "host":
@@ -289,5 +452,5 @@ def open_store(table: TableFile, placement: str, io_mode: str, device: torch.dev
     if placement == "nvme":
         if io_mode == "direct":
             return DirectTable(table, device, cache_bytes=budget_bytes)
-        return MmapTable(table, device, budget_bytes)
+        return MmapTable(table, device, budget_bytes, cache_state)
     raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}")

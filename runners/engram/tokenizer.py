@@ -31,6 +31,11 @@ class EngramTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=True)
 
+    def token_texts(self) -> list[str]:
+        """Each id's own text, special tokens included; incomplete UTF-8 shows as U+FFFD."""
+        return self._tok.decode_batch([[i] for i in range(self.vocab_size)],
+                                      skip_special_tokens=False)
+
     def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         """<|im_start|>role\\ncontent<|im_end|>\\n per message, then the assistant's turn."""
         ids: list[int] = []

@@ -7,7 +7,9 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 
+from runners.engram import kernel
 from runners.engram.api import create_app
 from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
 from tests.conftest import free_port
@@ -73,12 +75,73 @@ def test_openai_client_streams_chat_and_completions(server):
     assert full.usage.completion_tokens == 3 and full.choices[0].message.content
 
 
-def test_stats_bytes_per_token_is_the_engram_geometry(server):
+def test_stats_name_kernel_truth_and_requested_bytes_apart(server):
+    before = httpx.get(server.url + "/stats").json()
+    httpx.post(server.url + "/v1/completions", json={
+        "model": "tiny", "prompt": "count the rows", "max_tokens": 4, "ignore_eos": True})
+    after = httpx.get(server.url + "/stats").json()
+    for gone in ("bytes_per_token", "engram_bytes_read", "mapping_resident_bytes", "stall_ms"):
+        assert gone not in after  # bookkeeping no longer goes by a measured-sounding name
+    tokens = after["tokens"] - before["tokens"]
+    rows = after["rows_requested"] - before["rows_requested"]
+    assert rows == tokens * server.runtime.geometry.rows_per_token  # one gather per token
+    assert after["bytes_requested_per_token"] == after["bytes_requested"] / after["tokens"]
+    # kernel figures: present, and moving with real work
+    assert after["page_faults_minor"] > before["page_faults_minor"]
+    assert after["disk_read_bytes"] >= before["disk_read_bytes"] >= 0
+    assert 0 < after["table_resident_bytes"] <= after["table_budget_bytes"] * 1.05
+    assert after["table_mapping_rss_bytes"] is not None
+    assert after["placement"] == "nvme" and after["cache_state"] == "cold"
+
+
+def test_metrics_is_a_prometheus_exposition_of_the_same_figures(server):
+    httpx.post(server.url + "/v1/completions", json={
+        "model": "tiny", "prompt": "metrics", "max_tokens": 2, "ignore_eos": True})
+    resp = httpx.get(server.url + "/metrics")
+    assert resp.headers["content-type"].startswith("text/plain; version=")
+    families = {f.name: f for f in text_string_to_metric_families(resp.text)}
     stats = httpx.get(server.url + "/stats").json()
-    assert stats["bytes_per_token"] == 2 * 8 * 160  # orders x heads x row bytes x layers
-    assert stats["placement"] == "nvme" and stats["tokens"] > 0
-    metrics = httpx.get(server.url + "/metrics").text
-    assert "engram_bytes_per_token 2560.0" in metrics
+    assert families["engram_disk_read_bytes"].type == "counter"
+    assert families["engram_page_faults_major"].type == "counter"
+    assert families["engram_table_resident_bytes"].type == "gauge"
+    assert families["engram_layer_wait_ms"].type == "counter"
+    assert {s.labels["layer"] for s in families["engram_layer_wait_ms"].samples} == {
+        str(layer) for layer in server.runtime.geometry.layers}
+    info = families["engram_info"].samples[0].labels
+    assert (info["placement"], info["model"]) == ("nvme", "tiny")
+    for name in ("table_bytes", "table_budget_bytes", "steps", "tokens"):  # one set of figures
+        sample = families["engram_" + name].samples[0]
+        assert sample.value == stats[name]
+
+
+def test_unavailable_kernel_counters_are_null_not_zero(tmp_path, monkeypatch):
+    runtime = Runtime(options(tmp_path, placement="nvme"))
+    runtime.start()
+    try:
+        monkeypatch.setattr(kernel, "PROC_IO", str(tmp_path / "no-proc-io"))
+        monkeypatch.setattr(kernel, "PROC_SMAPS", str(tmp_path / "no-smaps"))
+        monkeypatch.setattr(kernel, "_mincore", lambda *args: -1)  # as if ENOSYS
+        stats = runtime.stats()
+        for name in ("disk_read_bytes", "disk_read_bytes_per_token", "page_hit_rate",
+                     "table_resident_bytes", "table_resident_peak_bytes",
+                     "table_mapping_rss_bytes"):
+            assert stats[name] is None, name
+        text = runtime.prometheus().decode()
+        assert "engram_disk_read_bytes" not in text and "engram_table_resident_bytes " not in text
+        assert "engram_page_faults_major_total" in text  # getrusage still answers
+    finally:
+        runtime.close()
+
+
+def test_drop_cache_makes_the_table_cold_again(server, tmp_path):
+    httpx.post(server.url + "/v1/completions", json={
+        "model": "tiny", "prompt": "warm it up", "max_tokens": 3, "ignore_eos": True})
+    assert httpx.get(server.url + "/stats").json()["table_resident_bytes"] > 0
+    dropped = httpx.post(server.url + "/table/drop_cache")
+    assert dropped.status_code == 200 and dropped.json()["table_resident_bytes"] == 0
+    with LiveServer(Runtime(options(tmp_path, placement="device"))) as live:
+        refused = httpx.post(live.url + "/table/drop_cache")
+        assert refused.status_code == 409 and "only --placement nvme" in refused.text
 
 
 def test_tokenize_counts_exactly(server):
@@ -158,7 +221,8 @@ def test_table_larger_than_the_budget_only_serves_from_nvme(tmp_path):
         resp = httpx.post(live.url + "/v1/completions", json={
             "model": "tiny", "prompt": "offload", "max_tokens": 3, "ignore_eos": True})
         assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 3
-        assert httpx.get(live.url + "/stats").json()["mapping_resident_bytes"] <= 0.002 * 2**30
+        stats = httpx.get(live.url + "/stats").json()
+        assert stats["table_resident_bytes"] <= stats["table_budget_bytes"] * 1.05
 
 
 def test_an_engine_failure_ends_the_request_with_an_error_and_serving_goes_on(tmp_path):

@@ -1,84 +1,242 @@
-"""The engine on the `tiny` preset: identical greedy tokens under every placement."""
+"""The engine on the tiny presets: identical tokens under every placement, one gather per
+Engram layer, each step's time accounted in full, replayed natural text."""
 
+import dataclasses
 import os
 import threading
+import time
 
+import numpy as np
 import pytest
 import torch
 
+from harness.corpus import text
 from runners.engram import table_file
+from runners.engram.compression import compression_map
 from runners.engram.config import preset
 from runners.engram.engine import Engine
 from runners.engram.geometry import EngramGeometry
 from runners.engram.model import load_model
 from runners.engram.scheduler import SamplingParams, Sequence
 from runners.engram.table_store import open_store
+from runners.engram.tokenizer import EngramTokenizer
 
 # `make cuda-check` runs these on CUDA; everywhere else they run on the CPU.
 CPU = torch.device(os.environ.get("ENGRAM_TEST_DEVICE", "cpu"))
+PROMPTS = [list(range(100 + i, 120 + 3 * i)) for i in range(3)]  # 3 requests, 2 slots
+GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def parts(tmp_path_factory):
-    cfg = preset("tiny")
-    root = tmp_path_factory.mktemp("engram")
-    geometry = EngramGeometry(cfg.engram_layers, cfg.engram_orders, cfg.engram_heads,
-                              cfg.engram_row_values, 4 * 2**20)
-    return cfg, geometry, table_file.create(root / "t.bin", geometry), load_model(
-        cfg, root / "weights", CPU)
+def build(tmp_path_factory):
+    """Model, geometry and table file of a preset, built once per module."""
+    built = {}
+
+    def parts(name):
+        if name not in built:
+            cfg = preset(name)
+            root = tmp_path_factory.mktemp(name)
+            geometry = EngramGeometry(cfg.engram_layers, cfg.engram_orders, cfg.engram_heads,
+                                      cfg.engram_row_values, 4 * 2**20,
+                                      scale_bytes=cfg.engram_scale_bytes)
+            built[name] = (cfg, geometry, table_file.create(root / "t.bin", geometry),
+                           load_model(cfg, root / "weights", CPU))
+        return built[name]
+
+    return parts
 
 
-def generate(parts, placement, io, prefetch=True, n=3, max_tokens=10, params=None):
-    _, geometry, table, model = parts
-    store = open_store(table, placement, io, CPU, budget_bytes=256 * 1024)
-    engine = Engine(model, geometry, store, eos_id=0, max_running=2, max_waiting=8,
-                    prefetch=prefetch)
-    engine.start()
-    results: dict[str, tuple[list[int], str]] = {}
+def run(parts, store, prompts=PROMPTS, params=GREEDY, model=None, **engine_options):
+    """Every request is queued before the engine starts, so each run takes the same steps."""
+    _, geometry, _, lm = parts
+    engine = Engine(model or lm, geometry, store, eos_id=0, max_running=2, max_waiting=8,
+                    **engine_options)
+    results: dict[int, tuple[list[int], str]] = {}
     done = threading.Event()
-
-    def collector(name):
+    for i, prompt in enumerate(prompts):
         tokens: list[int] = []
 
-        def on_token(token, reason):
+        def on_token(token, reason, i=i, tokens=tokens):
             if token is not None:
                 tokens.append(token)
             if reason is not None:
-                results[name] = (tokens, reason)
-                if len(results) == n:
+                results[i] = (tokens, reason)
+                if len(results) == len(prompts):
                     done.set()
-        return on_token
 
-    for i in range(n):  # 3 requests, 2 slots: one waits, batches change mid-flight
-        p = params or SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        engine.submit(Sequence(f"r{i}", list(range(100 + i, 120 + 3 * i)), p), collector(f"r{i}"))
+        engine.submit(Sequence(f"r{i}", prompt, params), on_token)
+    engine.start()
     assert done.wait(60)
     engine.stop()
-    store.close()
-    return results, store.stats, engine.stats
+    return [results[i] for i in range(len(prompts))], engine.stats
 
 
-def test_greedy_outputs_are_bit_identical_across_placements(parts):
-    reference, _, _ = generate(parts, "device", "mmap")
-    assert all(len(t) == 10 and r == "length" for t, r in reference.values())
+def generate(parts, placement, io="mmap", **options):
+    store = open_store(parts[2], placement, io, CPU, budget_bytes=256 * 1024)
+    try:
+        outputs, stats = run(parts, store, **options)
+        return outputs, store.counters.snapshot(), stats
+    finally:
+        store.close()
+
+
+class FakeGather:
+    def __init__(self, table: torch.Tensor, rows: np.ndarray, layer: int, delay: float) -> None:
+        self.rows, self.layer = rows, layer
+        self.submitted = time.perf_counter()
+        self.ready_at = self.submitted + delay
+        self.returned = 0.0
+        self._table = table
+
+    def wait(self) -> torch.Tensor:
+        time.sleep(max(0.0, self.ready_at - time.perf_counter()))
+        self.returned = time.perf_counter()
+        return self._table[torch.from_numpy(self.rows).to(self._table.device)]
+
+
+class FakeStore:
+    """An in-memory table whose gathers for one Engram layer complete `delay` s after their
+    submit; every gather is logged in submit order."""
+
+    def __init__(self, geometry: EngramGeometry, slow_layer: int | None = None,
+                 delay: float = 0.0) -> None:
+        gen = torch.Generator().manual_seed(1)
+        table = torch.randint(0, 256, (geometry.total_rows, geometry.row_width),
+                              generator=gen, dtype=torch.uint8)
+        table[:, : geometry.row_bytes] &= 0xBF  # finite e4m3 values
+        table[:, geometry.row_bytes :] = 124 + table[:, geometry.row_bytes :] % 7  # 2**-3..2**3
+        self.device = CPU
+        self.log: list[FakeGather] = []
+        self._table, self._geometry = table.to(CPU), geometry
+        self._slow_layer, self._delay = slow_layer, delay
+
+    def submit(self, rows: np.ndarray, phase: str) -> FakeGather:
+        assert phase in ("prefill", "decode")
+        layer_starts = self._geometry.offsets[:, 0, 0]
+        layer = self._geometry.layers[int(np.searchsorted(layer_starts, rows.min(), "right")) - 1]
+        gather = FakeGather(self._table, rows, layer,
+                            self._delay if layer == self._slow_layer else 0.0)
+        self.log.append(gather)
+        return gather
+
+
+class Recording:
+    """The model, keeping each step's logits."""
+
+    def __init__(self, model) -> None:
+        self.model, self.cfg, self.logits = model, model.cfg, []
+
+    def __call__(self, *args):
+        logits = self.model(*args)
+        self.logits.append(logits.clone())
+        return logits
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-scaled"])
+def test_greedy_outputs_are_bit_identical_across_placements(build, name):
+    parts = build(name)
+    reference, _, _ = generate(parts, "device")
+    assert all(len(t) == 10 and r == "length" for t, r in reference)
     for placement, io, prefetch in [("host", "mmap", True), ("nvme", "mmap", True),
                                     ("nvme", "direct", True), ("nvme", "mmap", False)]:
-        got, _, _ = generate(parts, placement, io, prefetch)
+        got, _, _ = generate(parts, placement, io, prefetch=prefetch)
         assert got == reference, (placement, io, prefetch)
 
 
-def test_bytes_per_token_is_the_engram_geometry(parts):
-    cfg, geometry, _, _ = parts
-    _, table_stats, engine_stats = generate(parts, "nvme", "mmap")
-    tokens = engine_stats.prefill_tokens + engine_stats.decode_tokens
-    per_token = table_stats.rows_requested * geometry.row_bytes / tokens
-    assert per_token == cfg.engram_bytes_per_token == 2 * 8 * 160
+def test_bytes_per_token_is_the_engram_geometry_values_and_scales(build):
+    cfg, geometry, _, _ = parts = build("tiny-scaled")
+    _, counters, stats = generate(parts, "nvme")
+    tokens = stats.prefill_tokens + stats.decode_tokens
+    assert counters["bytes_requested"] / tokens == cfg.engram_bytes_per_token
+    assert cfg.engram_bytes_per_token == geometry.rows_per_token * (
+        cfg.engram_row_values + cfg.engram_scale_bytes)
 
 
-def test_seeded_sampling_is_reproducible(parts):
+def test_seeded_sampling_is_reproducible(build):
+    parts = build("tiny")
     params = SamplingParams(max_tokens=8, temperature=0.8, top_p=0.9, seed=42, ignore_eos=True)
-    a, _, _ = generate(parts, "device", "mmap", params=params)
-    b, _, _ = generate(parts, "host", "mmap", params=params)
+    a, _, _ = generate(parts, "device", params=params)
+    b, _, _ = generate(parts, "host", params=params)
     assert a == b
-    greedy, _, _ = generate(parts, "device", "mmap")
+    greedy, _, _ = generate(parts, "device")
     assert a != greedy
+
+
+def test_each_engram_layer_waits_only_for_its_own_rows(build):
+    parts = build("tiny-scaled")
+    first, last = parts[1].layers
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    expected, _ = run(parts, FakeStore(parts[1]), PROMPTS[:2], params)
+    slow = FakeStore(parts[1], slow_layer=last, delay=0.05)
+    got, stats = run(parts, slow, PROMPTS[:2], params)
+    assert got == expected
+    steps = list(zip(slow.log[::2], slow.log[1::2], strict=True))
+    assert len(steps) == stats.steps
+    # both submitted before layer 0; the first layer's rows are used before the last's arrive
+    assert all((a.layer, b.layer) == (first, last) and a.returned < b.ready_at
+               for a, b in steps)
+    waits = stats.engram_wait_ms_by_layer
+    assert waits[last] > 0.5 * stats.steps * 50
+    assert waits[first] < waits[last] / 10
+
+
+def test_without_prefetch_each_layer_submits_at_its_own_layer(build):
+    parts = build("tiny-scaled")
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    expected, _ = run(parts, FakeStore(parts[1]), PROMPTS[:2], params)
+    store = FakeStore(parts[1])
+    got, _ = run(parts, store, PROMPTS[:2], params, prefetch=False)
+    assert got == expected
+    assert all(b.submitted > a.returned for a, b in zip(store.log[::2], store.log[1::2],
+                                                         strict=True))
+
+
+def test_step_time_is_accounted_in_full(build):
+    _, _, stats = generate(build("tiny-scaled"), "device")
+    segments = [stats.hash_ms, stats.compute_ms, *stats.engram_wait_ms_by_layer.values(),
+                stats.sample_ms, stats.emit_ms]
+    assert min(segments) >= 0
+    assert 0.9 * stats.step_ms <= sum(segments) <= stats.step_ms * 1.0001
+    assert (stats.prefill_steps, stats.decode_steps) == (3, stats.steps - 3)
+    assert stats.prefill_step_ms + stats.decode_step_ms == pytest.approx(stats.step_ms)
+    assert stats.prefill_tokens == sum(map(len, PROMPTS))
+    assert stats.decode_tokens == 9 * len(PROMPTS)  # the first token of each comes from prefill
+
+
+def test_replay_emits_natural_text_with_the_same_logits_on_every_placement(build):
+    parts = build("tiny")
+    tok = EngramTokenizer()
+    prompts = [tok.encode("Tell me about lists."), tok.encode("Tell me about lists."),
+               tok.encode("What is a generator?")]
+    params = SamplingParams(max_tokens=12)  # EOS allowed: replay never emits it
+    runs = []
+    for placement in ("device", "host"):
+        recording = Recording(parts[3])
+        outputs, _, _ = generate(parts, placement, prompts=prompts, params=params,
+                                 model=recording, decode="replay")
+        runs.append((outputs, recording.logits))
+    (outputs, logits), (other_outputs, other_logits) = runs
+    assert outputs == other_outputs
+    assert len(logits) == len(other_logits)
+    assert all(torch.equal(a, b) for a, b in zip(logits, other_logits, strict=True))
+    assert all(len(tokens) == 12 and reason == "length" for tokens, reason in outputs)
+    texts = [tok.decode(tokens) for tokens, _ in outputs]
+    corpus = text() + text()  # a replay may wrap around the end
+    assert all(t in corpus and len(t.split()) >= 4 for t in texts)
+    assert texts[0] == texts[1] != texts[2]
+    sampled, _, _ = generate(parts, "device", prompts=prompts, params=params)
+    assert sampled != outputs
+
+
+def test_engine_hashes_compressed_ids(build):
+    _, geometry, _, _ = parts = build("tiny")
+    tok = EngramTokenizer()
+    upper, lower = tok.encode("The cat sat on the mat"), tok.encode("the cat sat on the mat")
+    assert upper != lower and len(upper) == len(lower)
+    params = SamplingParams(max_tokens=1, ignore_eos=True)
+    compressed = dataclasses.replace(geometry, compression=compression_map(tok))
+    for geom, merged in ((geometry, False), (compressed, True)):
+        stores = [FakeStore(geom), FakeStore(geom)]
+        for store, prompt in zip(stores, (upper, lower), strict=True):
+            run((None, geom, None, parts[3]), store, [prompt], params)
+        assert np.array_equal(stores[0].log[0].rows, stores[1].log[0].rows) == merged

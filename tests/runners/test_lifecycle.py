@@ -54,7 +54,8 @@ def test_device_profiles_start_the_server_with_their_placement(tmp_path, device,
     stats = store.server_stats(summary["run_id"])
     assert [s["concurrency"] for s in stats] == [1, 2]
     assert stats[0]["after"]["placement"] == placement
-    assert stats[0]["after"]["bytes_per_token"] == 2560
+    after = stats[0]["after"]
+    assert after["bytes_requested_per_token"] == after["bytes_requested"] / after["tokens"] > 0
     assert store.run(summary["run_id"])["status"] == "complete"
     assert list((tmp_path / "results" / "logs").glob("server-*.log"))
     wait_gone(tmp_path)
