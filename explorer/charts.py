@@ -66,6 +66,26 @@ def first_vs_rest(frame: pd.DataFrame, y: str, y_title: str) -> go.Figure:
     return fig
 
 
+def step_breakdown(parts: pd.DataFrame) -> go.Figure:
+    """Stacked bars per level: each part's share of the engine's step time, the unaccounted
+    remainder included (grey), so a slower placement shows where its time went."""
+    fig = go.Figure()
+    levels = [str(c) for c in sorted(parts["concurrency"].unique())]
+    for i, (part, frame) in enumerate(parts.groupby("part", sort=False)):
+        fig.add_trace(go.Bar(
+            x=frame["concurrency"].astype(str), y=frame["share"] * 100, name=part,
+            marker_color="#bbbbbb" if part == "unaccounted" else PALETTE[i % len(PALETTE)],
+            customdata=frame["ms"],
+            hovertemplate="C=%{x}<br>%{y:.1f}% of step time<br>%{customdata:,.0f} ms"
+                          "<extra>%{fullData.name}</extra>",
+        ))
+    fig.update_layout(barmode="relative", xaxis_title="concurrency C", xaxis_type="category",
+                      xaxis={"categoryorder": "array", "categoryarray": levels},
+                      yaxis_title="share of engine step time (%)", height=380,
+                      legend={"orientation": "h", "y": -0.3}, margin={"t": 20, "b": 10})
+    return fig
+
+
 def percent_difference(levels: pd.DataFrame, baseline: str, labels: dict[str, str]
                        ) -> tuple[go.Figure, pd.DataFrame]:
     """Per-C difference of each run against the baseline run, in percent (TPS and TTFT)."""

@@ -10,6 +10,7 @@ retries while a bench is committing a round. Query results are cached per file v
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -87,33 +88,142 @@ def first_round_vs_rest(path: Path, run_id: str) -> pd.DataFrame:
         GROUP BY ALL ORDER BY concurrency, rounds""", [run_id])
 
 
-def server_counters(path: Path, run_id: str) -> pd.DataFrame:
-    """The bundled server's Engram counters per level (deltas of /stats over the level)."""
-    stats = query(path, "SELECT concurrency, before, after FROM server_stats "
-                        "WHERE run_id = ? ORDER BY concurrency", [run_id])
+PAGE_BYTES = 4096
+# Older bundled servers named two counters differently; each measured the same thing, so runs
+# recorded with them keep their figures (a key that is present but null never falls back).
+LEGACY_KEYS = {"bytes_requested": "engram_bytes_read", "engram_wait_ms": "stall_ms"}
+STEP_PARTS = (("compute_ms", "compute"), ("engram_wait_ms", "Engram wait"),
+              ("hash_ms", "hash/submit"), ("sample_ms", "sample"), ("emit_ms", "emit"))
+UNACCOUNTED = "unaccounted"
+
+
+def server_stats(path: Path, run_id: str) -> list[tuple[int, dict, dict]]:
+    """Per level, the server's /stats snapshots before and after it ({} where it gave none)."""
+    frame = query(path, "SELECT concurrency, before, after FROM server_stats WHERE run_id = ? "
+                        "ORDER BY concurrency, recorded_at", [run_id])
+    return [(int(r.concurrency), _snapshot(r.before), _snapshot(r.after))
+            for r in frame.itertuples()]
+
+
+def _snapshot(text: str | None) -> dict:
+    value = json.loads(text or "null")
+    return value if isinstance(value, dict) else {}
+
+
+def _number(stats: dict, key: str) -> float | None:
+    """A finite number, or None: missing, null (not measurable there) or not a number."""
+    if key not in stats:
+        key = LEGACY_KEYS.get(key, key)
+    value = stats.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _text(stats: dict, key: str) -> str | None:
+    value = stats.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _delta(before: dict, after: dict, key: str) -> float | None:
+    """A counter's growth over the level; None when an end is unknown or the counter went
+    back (the server restarted in between), so no figure is made up."""
+    start, end = _number(before, key), _number(after, key)
+    if start is None or end is None or end < start:
+        return None
+    return end - start
+
+
+def _per(value: float | None, per: float | None) -> float | None:
+    return None if value is None or not per else value / per
+
+
+def level_counters(before: dict, after: dict) -> dict[str, float | str | None]:
+    """One level's figures from its /stats snapshots: rates are deltas over the level, sizes
+    are the gauges after it; None wherever a source is missing or null."""
+    def delta(key: str) -> float | None:
+        return _delta(before, after, key)
+
+    tokens, uptime = delta("tokens"), delta("uptime_s")
+    disk, pages = delta("disk_read_bytes"), delta("pages_requested")
+    hit = None if disk is None or not pages else min(1.0, max(0.0, 1 - disk / PAGE_BYTES / pages))
+    busy_ms_per_s = _per(delta("blockdev_read_ms"), uptime)
+    resident = _number(after, "table_resident_bytes")
+    peak = _number(after, "table_resident_peak_bytes")
+    budget = _number(after, "table_budget_bytes")
+    return {
+        "tokens": tokens,
+        "disk_bytes_per_token": _per(disk, tokens),
+        "requested_bytes_per_token": _per(delta("bytes_requested"), tokens),
+        "page_hit_rate": hit,
+        "major_faults_per_token": _per(delta("page_faults_major"), tokens),
+        "minor_faults_per_token": _per(delta("page_faults_minor"), tokens),
+        "engram_stall": _per(delta("engram_wait_ms"), delta("step_ms")),
+        "gather_cpu_ms_per_token": _per(delta("gather_cpu_ms"), tokens),
+        "read_iops": _per(delta("blockdev_reads"), uptime),
+        "read_queue_depth": None if busy_ms_per_s is None else busy_ms_per_s / 1000,
+        "resident_bytes": resident,
+        "resident_peak_bytes": peak,
+        "budget_bytes": budget,
+        "resident_of_budget": _per(resident, budget),
+        "peak_of_budget": _per(peak, budget),
+        "mapping_rss_bytes": _number(after, "table_mapping_rss_bytes"),
+        "counted_resident_bytes": _number(after, "mapping_resident_bytes"),
+        **{key: _text(after, key) for key in ("placement", "io_mode", "cache_state", "decode")},
+    }
+
+
+def step_breakdown(before: dict, after: dict) -> dict[str, float]:
+    """Where the level's engine step time went (ms): each timed part, the Engram wait per
+    layer when there are several, and the remainder as `unaccounted`, so the parts sum to
+    the step time. Empty when the step time or every part is unknown."""
+    parts: dict[str, float] = {}
+    for key, name in STEP_PARTS:
+        layers = _wait_by_layer(before, after) if key == "engram_wait_ms" else {}
+        if len(layers) > 1:
+            parts.update(layers)
+        elif (ms := _delta(before, after, key)) is not None:
+            parts[name] = ms
+    step = _delta(before, after, "step_ms")
+    if not step or not parts:
+        return {}
+    return {**parts, UNACCOUNTED: step - sum(parts.values())}
+
+
+def _wait_by_layer(before: dict, after: dict) -> dict[str, float]:
+    """The Engram wait per layer, ordered by layer; empty unless every layer's delta is known."""
+    start, end = before.get("engram_wait_ms_by_layer"), after.get("engram_wait_ms_by_layer")
+    if not isinstance(start, dict) or not isinstance(end, dict):
+        return {}
+    out = {}
+    for layer in sorted(end, key=lambda k: (len(k), k)):
+        ms = _delta(start, end, layer)
+        if ms is None:
+            return {}
+        out[f"Engram wait L{layer}"] = ms
+    return out
+
+
+def counters_frame(stats: list[tuple[int, dict, dict]]) -> pd.DataFrame:
+    """`level_counters` per level; levels whose snapshots give no number at all (a server
+    whose /stats is not the bundled one's) are left out."""
     rows = []
-    for rec in stats.itertuples():
-        before, after = json.loads(rec.before or "null"), json.loads(rec.after or "null")
-        if not isinstance(after, dict) or "engram_bytes_read" not in after:
-            continue
-        before = before if isinstance(before, dict) else {}
-
-        def delta(key: str, b: dict = before, a: dict = after) -> float:
-            return (a.get(key) or 0) - (b.get(key) or 0)
-
-        tokens = delta("tokens")
-        step = delta("step_ms")
-        rows.append({
-            "concurrency": rec.concurrency,
-            "bytes_per_token": delta("engram_bytes_read") / tokens if tokens else None,
-            "stall_fraction": delta("stall_ms") / step if step else None,
-            "page_faults_major": delta("page_faults_major"),
-            "page_faults_minor": delta("page_faults_minor"),
-            "row_cache_hits": delta("row_cache_hits"),
-            "mapping_resident_bytes": after.get("mapping_resident_bytes"),
-            "placement": after.get("placement"),
-        })
+    for concurrency, before, after in stats:
+        figures = level_counters(before, after)
+        if any(isinstance(v, int | float) for v in figures.values()):
+            rows.append({"concurrency": concurrency, **figures})
     return pd.DataFrame(rows)
+
+
+def breakdown_frame(stats: list[tuple[int, dict, dict]]) -> pd.DataFrame:
+    """`step_breakdown` per level in long form, with each part's share of the step time."""
+    rows = []
+    for concurrency, before, after in stats:
+        parts = step_breakdown(before, after)
+        total = sum(parts.values())
+        rows += [{"concurrency": concurrency, "part": part, "ms": ms, "share": ms / total}
+                 for part, ms in parts.items()]
+    return pd.DataFrame(rows, columns=["concurrency", "part", "ms", "share"])
 
 
 def requests_frame(path: Path, run_ids: list[str]) -> pd.DataFrame:

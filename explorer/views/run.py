@@ -1,10 +1,36 @@
 """One run: TTFT and TPS against C with the targets, per-level table, distributions,
-first round against the rest, and the server's Engram counters."""
+first round against the rest, and the server's Engram counters with the step-time breakdown."""
 
 import streamlit as st
 
 from explorer import charts, data, ui
 from harness.metrics import capacity
+
+# counters_frame column: (readable name, number format; None for text)
+COUNTERS = {
+    "concurrency": ("C", "%d"),
+    "tokens": ("tokens", "localized"),
+    "disk_bytes_per_token": ("disk B/token", "%.0f"),
+    "requested_bytes_per_token": ("requested B/token", "%.0f"),
+    "page_hit_rate": ("page hit rate", "percent"),
+    "major_faults_per_token": ("major faults/token", "%.3f"),
+    "minor_faults_per_token": ("minor faults/token", "%.3f"),
+    "engram_stall": ("Engram stall (of step time)", "percent"),
+    "gather_cpu_ms_per_token": ("gather CPU ms/token", "%.3f"),
+    "read_iops": ("disk read IOPS", "%.0f"),
+    "read_queue_depth": ("mean read queue depth", "%.2f"),
+    "resident_bytes": ("table resident", "bytes"),
+    "resident_peak_bytes": ("resident peak", "bytes"),
+    "budget_bytes": ("resident budget", "bytes"),
+    "resident_of_budget": ("resident / budget", "percent"),
+    "peak_of_budget": ("peak / budget", "percent"),
+    "mapping_rss_bytes": ("mapping RSS", "bytes"),
+    "counted_resident_bytes": ("resident (server's own count)", "bytes"),
+    "placement": ("placement", None),
+    "io_mode": ("I/O mode", None),
+    "cache_state": ("cache state", None),
+    "decode": ("decode", None),
+}
 
 st.title("Run")
 labels = ui.run_labels()
@@ -52,12 +78,25 @@ else:
         st.plotly_chart(charts.first_vs_rest(data.first_round_vs_rest(path, run_id),
                                              "mean_tps", "mean TPS per request"),
                         width="stretch")
-        counters = data.server_counters(path, run_id)
+        stats = data.server_stats(path, run_id)
+        counters = data.counters_frame(stats)
         st.subheader("Server Engram counters per level")
         if counters.empty:
             st.caption("The server recorded no Engram counters (not the bundled server).")
         else:
-            st.dataframe(counters, hide_index=True, width="stretch")
+            st.caption("Deltas of the server's /stats over each level, sizes as it ended. Disk "
+                       "bytes and faults are the kernel's counts, requested bytes the server's "
+                       "own arithmetic; blank where the server did not measure.")
+            shown = counters.dropna(axis=1, how="all")  # older servers lack most counters
+            st.dataframe(
+                shown.rename(columns={k: label for k, (label, _) in COUNTERS.items()}),
+                hide_index=True, width="stretch",
+                column_config={label: st.column_config.NumberColumn(format=fmt)
+                               for key, (label, fmt) in COUNTERS.items()
+                               if fmt and key in shown})
+            parts = data.breakdown_frame(stats)
+            if not parts.empty:
+                st.plotly_chart(charts.step_breakdown(parts), width="stretch")
         n_requests = int(levels["requests"].sum())
         ui.download("Requests CSV", lambda: data.requests_frame(path, [run_id]),
                     f"{run_id}_requests.csv", n_requests, "run_requests")

@@ -69,10 +69,25 @@ def test_run_page_shows_capacity_levels_and_counters(monkeypatch, fixture_db):
     per_level = at.dataframe[0].value
     assert list(per_level["concurrency"]) == [1, 2, 4, 8]
     assert list(per_level["passes"]) == [True, True, False, False]
-    counters = at.dataframe[1].value
-    assert list(counters["bytes_per_token"]) == [2560.0] * 4
+    counters = at.dataframe[1].value.set_index("C")
+    assert list(counters["requested B/token"]) == [2560.0] * 4
+    assert counters.loc[1, "disk B/token"] == 4096 * fixtures.MISSED_PAGES[1] / 1000
+    assert counters.loc[1, "page hit rate"] == 0.5 and counters.loc[8, "page hit rate"] == 0.8125
+    assert counters["disk read IOPS"].isna().tolist() == [False, False, False, True]
+    assert {"resident / budget", "major faults/token", "Engram stall (of step time)",
+            "mean read queue depth", "gather CPU ms/token"} <= set(counters.columns)
     assert "Levels CSV (4 rows)" in downloads(at) and "Requests CSV (150 rows)" in downloads(at)
-    assert len(at.get("plotly_chart")) == 4  # TTFT, TPS, distribution, first round
+    charts = at.get("plotly_chart")  # TTFT, TPS, distribution, first round, step time
+    assert len(charts) == 5 and '"barmode":"relative"' in charts[4].proto.spec
+
+
+def test_run_page_shows_what_an_older_server_counted(monkeypatch, fixture_db):
+    at = app(monkeypatch, fixture_db, "views/run.py")
+    at.selectbox(key="run_id").set_value("fixture-mem").run()
+    counters = at.dataframe[1].value
+    assert list(counters["requested B/token"]) == [2560.0] * 4
+    assert list(counters["Engram stall (of step time)"]) == [0.01, 0.02, 0.04, 0.08]
+    assert "disk B/token" not in counters and "page hit rate" not in counters
 
 
 def test_run_page_shows_a_published_run(monkeypatch, fixture_db):
