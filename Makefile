@@ -16,6 +16,10 @@ API_KEY ?=
 QUICK  ?=
 PLACEMENT ?=
 TABLE_GB ?=
+CACHE_RATIO ?=
+PAGE_CACHE_GB ?=
+CACHE_STATE ?=
+PROMPTS ?=
 # The CPU build of PyTorch (a file on this machine's disk); override on a CUDA host.
 TORCH  ?= torch==2.13.0
 RUN    ?=
@@ -30,7 +34,10 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
   $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
   $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY)) \
-  $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-gb $(TABLE_GB))
+  $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-gb $(TABLE_GB)) \
+  $(if $(CACHE_RATIO),--cache-ratio $(CACHE_RATIO)) \
+  $(if $(PAGE_CACHE_GB),--page-cache-gb $(PAGE_CACHE_GB)) \
+  $(if $(CACHE_STATE),--cache-state $(CACHE_STATE)) $(if $(PROMPTS),--prompts "$(PROMPTS)")
 
 .PHONY: venv test lint bench bench-harness bench-offload bench-explorer cuda-check serve explore summary export clean
 

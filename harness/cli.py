@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from harness import aio
 from harness.config import DEFAULT_LEVELS, MODES, ConfigError, RunConfig, parse_levels
 from harness.endpoint import API_PATHS, Endpoint, EndpointError
 from harness.metrics import STATISTICS, Targets, stats_by_level
+from harness.prompts import BUILTIN, PromptFileError, load
 from harness.report import (
     CapacityCSVError,
     capacity_object,
@@ -47,6 +49,26 @@ def _levels(text: str) -> tuple[int, ...]:
         return parse_levels(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _number(text: str) -> float:
+    """The flag's value, NaN when it is no number (every range check then fails)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _cache_ratio(text: str) -> float:
+    if not 0 < (value := _number(text)) <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], not {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    if not 0 < (value := _number(text)) < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
 
 
 def _add_target_flags(p: argparse.ArgumentParser) -> None:
@@ -78,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--io", choices=("mmap", "direct"), help="bundled server: nvme I/O mode")
     run.add_argument("--table-gb", type=float, help="bundled server: table size in GiB")
     run.add_argument("--preset", default="qwen-mini", help="bundled server: model preset")
+    run.add_argument("--cache-ratio", type=_cache_ratio, metavar="R",
+                     help="bundled server: share of the table the page cache may hold, in (0, 1]")
+    run.add_argument("--page-cache-gb", type=_positive_float, metavar="G",
+                     help="bundled server: page-cache budget for the table in GiB")
+    run.add_argument("--cache-state", choices=("cold", "warm"),
+                     help="bundled server: table start state (server default: cold on nvme)")
+    run.add_argument("--decode", choices=("sample", "replay"),
+                     help="bundled server: output tokens (default replay: a natural token stream)")
     run.add_argument("--engine", default="", help="engine label (default: detected)")
     run.add_argument("--levels", type=_levels, help="concurrency levels, e.g. 1,2,4,8")
     run.add_argument("--rounds", type=positive_int, default=10)
@@ -87,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     run.add_argument("--warmup", type=int, default=0, help="unstored requests before the sweep")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--prompts", metavar="words|text|FILE",
+                     help="words: random common words (default with --url); text: natural prose "
+                     "(default for the bundled server); FILE: .jsonl prompts sent at their own "
+                     "lengths ({\"prompt\"}, {\"messages\"} or ShareGPT {\"conversations\"}), or "
+                     "a text file cut like text")
     run.add_argument("--label", default="")
     run.add_argument("--db", type=Path, default=DEFAULT_DB)
     run.add_argument("--resume", metavar="RUN_ID", help="run only the missing rounds of a run")
@@ -123,19 +158,33 @@ def _targets(args: argparse.Namespace) -> Targets:
         raise UserError(str(exc)) from None
 
 
-def _config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str | None]:
+def bundled_server_args(args: argparse.Namespace, device: str, placement: str) -> tuple[str, ...]:
+    """`engram-bench serve` flags for a bundled run; its decode defaults to replay here, and
+    flags left unset are not passed, so the server's own defaults hold."""
+    optional = (("--io", args.io), ("--table-size-gb", args.table_gb),
+                ("--cache-ratio", args.cache_ratio), ("--page-cache-gb", args.page_cache_gb),
+                ("--cache-state", args.cache_state), ("--decode", args.decode or "replay"))
+    return ("--device", device, "--preset", args.preset, "--placement", placement,
+            *(item for flag, value in optional if value is not None
+              for item in (flag, repr(value) if isinstance(value, float) else value)))
+
+
+def _prompt_spec(args: argparse.Namespace) -> str:
+    """words, text, or the file as an absolute path (a resume may start elsewhere)."""
+    spec = args.prompts or ("words" if args.url else "text")
+    return spec if spec in BUILTIN else str(Path(spec).expanduser().absolute())
+
+
+def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str | None]:
     """A new run's config from flags, or a resumed run's stored config (URL may change)."""
     if args.resume:
         run = store.run(args.resume)
         if run["status"] == "complete":
             raise UserError(f"run {run['run_id']} is already complete; nothing to resume")
-        stored = json.loads(run["config"])
-        stored.pop("prompt_words", None)
-        stored["levels"] = tuple(stored["levels"])
-        stored["server_args"] = tuple(stored.get("server_args", ()))
+        config = RunConfig.from_json_dict(json.loads(run["config"]))
         if args.url:
-            stored["url"], stored["server_args"] = args.url, ()
-        return RunConfig(**stored), run["run_id"]
+            config = replace(config, url=args.url, server_args=())
+        return config, run["run_id"]
     levels = args.levels or DEFAULT_LEVELS
     placement = args.placement
     server_args: tuple[str, ...] = ()
@@ -146,15 +195,13 @@ def _config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str 
         prof = profile(args.device)
         levels = args.levels or prof.default_levels
         placement = placement or prof.table_placement
-        server_args = ("--device", prof.name, "--preset", args.preset, "--placement", placement,
-                       *(("--io", args.io) if args.io else ()),
-                       *(("--table-size-gb", f"{args.table_gb:g}") if args.table_gb else ()))
+        server_args = bundled_server_args(args, prof.name, placement)
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api, levels=levels,
         rounds=args.rounds, mode=args.mode, input_tokens=args.input_tokens,
         output_tokens=args.output_tokens, timeout_s=args.timeout, warmup=args.warmup,
         seed=args.seed, label=args.label, device=args.device or "", engine=args.engine,
-        table_placement=placement, server_args=server_args,
+        table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
     )
     return config, None
 
@@ -188,7 +235,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     targets = _targets(args)
     store = Store(args.db)
     store.initialise()
-    config, resume_id = _config_for(args, store)
+    config, resume_id = config_for(args, store)
+    prompts = load(config.prompts, config.seed)  # a bad file stops here: nothing stored
     run_id = resume_id or new_run_id()
     progress = LevelProgress(enabled=not args.no_progress)
     status = Console(stderr=True)
@@ -197,7 +245,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         with _target(config, status) as url:
             config = replace(config, url=url)
             endpoint = Endpoint(config.url, config.api, args.api_key)
-            aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id)))
+            aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id),
+                            prompts=prompts))
     except KeyboardInterrupt:
         progress.stop()
         print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "
@@ -259,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, console)
     except (UserError, ConfigError, EndpointError, StoreError, TargetError, CapacityCSVError,
-            UnknownDevice, ServerStartError, runner_commands.CommandError) as exc:
+            UnknownDevice, ServerStartError, runner_commands.CommandError,
+            PromptFileError) as exc:
         print(f"engram-bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

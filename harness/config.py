@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 MODES = ("closed", "burst")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
@@ -46,6 +46,7 @@ class RunConfig:
     engine: str = ""
     table_placement: str = ""
     server_args: tuple[str, ...] = ()  # set: the bundled server, started with these flags
+    prompts: str = "words"  # words, text, or a file's absolute path (harness.prompts)
 
     def __post_init__(self) -> None:
         if not self.levels or any(c < 1 for c in self.levels):
@@ -62,6 +63,8 @@ class RunConfig:
             raise ConfigError("--timeout must be positive")
         if self.warmup < 0:
             raise ConfigError("--warmup must be 0 or more")
+        if not self.prompts:
+            raise ConfigError("--prompts needs words, text or a file")
 
     def to_json_dict(self) -> dict:
         """What is stored in runs.config (no secrets: the API key never is)."""
@@ -69,3 +72,12 @@ class RunConfig:
         data["levels"] = list(self.levels)
         data["server_args"] = list(self.server_args)
         return data
+
+    @classmethod
+    def from_json_dict(cls, data: dict) -> RunConfig:
+        """A stored config back (resume); keys stored beside the knobs are left out."""
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in data.items() if k in known}
+        kept["levels"] = tuple(kept["levels"])
+        kept["server_args"] = tuple(kept.get("server_args", ()))
+        return cls(**kept)

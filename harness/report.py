@@ -29,9 +29,11 @@ def summarise(
     """The `--json` object of `run` and `summary`."""
     cap = capacity([point(s, targets.statistic) for s in stats], targets)
     verdicts = {v.concurrency: v for v in cap.levels}
+    prompt_tokens = mean_prompt_tokens(records)
     levels = []
     for s in stats:
         row = {k: _round(getattr(s, k)) for k in SUMMARY_LEVEL_FIELDS}
+        row["mean_prompt_tokens"] = _round(prompt_tokens.get(s.concurrency))
         row["passes"] = verdicts[s.concurrency].passes
         row["fails_because"] = verdicts[s.concurrency].reason or None
         levels.append(row)
@@ -58,6 +60,16 @@ def summarise(
     }
 
 
+def mean_prompt_tokens(records: Sequence[RequestRecord]) -> dict[int, float]:
+    """Per level, the server-counted prompt tokens of successful requests: what was sent, which
+    matters most when prompts keep their own lengths (a --prompts .jsonl file)."""
+    counts: dict[int, list[int]] = {}
+    for r in records:
+        if r.ok and r.input_tokens is not None:
+            counts.setdefault(r.concurrency, []).append(r.input_tokens)
+    return {c: sum(v) / len(v) for c, v in counts.items()}
+
+
 def _round(value: object) -> object:
     return round(value, 3) if isinstance(value, float) else value
 
@@ -76,14 +88,15 @@ def print_summary(summary: dict, console: Console) -> None:
              f"table {summary['table_placement'] or '-'}")
     table = Table(title=title, title_justify="left")
     for name in ("C", "req", "err", "short", "TTFT mean", "p50", "p90", "p99", "TPS mean",
-                 "TPS p10", "out tok", "tok/s all", "pass"):
+                 "TPS p10", "in tok", "out tok", "tok/s all", "pass"):
         table.add_column(name, justify="right")
     for lv in summary["levels"]:
         table.add_row(
             str(lv["concurrency"]), str(lv["requests"]), str(lv["errors"]),
             str(lv["short_outputs"]), _fmt(lv["mean_ttft_ms"]), _fmt(lv["p50_ttft_ms"]),
             _fmt(lv["p90_ttft_ms"]), _fmt(lv["p99_ttft_ms"]), _fmt(lv["mean_tps"]),
-            _fmt(lv["p10_tps"]), _fmt(lv["mean_output_tokens"]), _fmt(lv["throughput_tps"]),
+            _fmt(lv["p10_tps"]), _fmt(lv["mean_prompt_tokens"]), _fmt(lv["mean_output_tokens"]),
+            _fmt(lv["throughput_tps"]),
             "[green]yes[/]" if lv["passes"] else "[red]no[/]",
         )
     console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
@@ -97,6 +110,49 @@ def print_summary(summary: dict, console: Console) -> None:
     )
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+# -- the bundled server's table, from its /stats -----------------------------------------------
+
+SERVER_TABLE_KEYS = {"table_bytes": (int, float), "placement": str, "io_mode": str,
+                     "table_budget_bytes": (int, float), "cache_ratio": (int, float),
+                     "cache_state": str, "decode": str}
+
+
+def server_table(stats: dict | None) -> dict:
+    """What /stats says about the table and its start state (stored with the run); keys a
+    server does not report, reports as null or in another type are left out."""
+    stats = stats or {}
+    return {k: stats[k] for k, kind in SERVER_TABLE_KEYS.items() if isinstance(stats.get(k), kind)}
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def describe_server_table(table: dict) -> str:
+    """One line, e.g. 'table: 2.0 GiB on nvme (mmap), page-cache budget 343.5 MiB (cache ratio
+    0.168), cold start, decode replay', naming only what the server reported."""
+    where = []
+    if "table_bytes" in table:
+        where.append(_size(table["table_bytes"]))
+    if "placement" in table:
+        where.append(f"on {table['placement']}")
+    if "io_mode" in table:
+        where.append(f"({table['io_mode']})")
+    parts = [" ".join(where)] if where else []
+    ratio = f"cache ratio {table['cache_ratio']:.3g}" if "cache_ratio" in table else ""
+    if "table_budget_bytes" in table:
+        kind = "row-cache" if table.get("io_mode") == "direct" else "page-cache"
+        parts.append(f"{kind} budget {_size(table['table_budget_bytes'])}"
+                     + (f" ({ratio})" if ratio else ""))
+    elif ratio:
+        parts.append(ratio)
+    if "cache_state" in table:
+        parts.append(f"{table['cache_state']} start")
+    if "decode" in table:
+        parts.append(f"decode {table['decode']}")
+    return "table: " + ", ".join(parts)
 
 
 # -- capacity --csv ----------------------------------------------------------------------------

@@ -16,15 +16,19 @@ from dataclasses import dataclass, replace
 
 from harness import __version__, target
 from harness.client import Clock, ConnectionPool, build_request, stream_completion
-from harness.config import RunConfig
+from harness.config import ConfigError, RunConfig
 from harness.endpoint import Endpoint
 from harness.metrics import level_stats
 from harness.progress import LevelProgress
+from harness.prompts import Prompts, load
 from harness.records import RequestRecord
+from harness.report import describe_server_table, server_table
 from harness.store import Store
-from harness.sweep import LevelOutcome, Sweep
-from harness.workload import Calibration, PromptFactory, calibrate, payload
+from harness.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
+from harness.workload import Calibration, calibrate, payload
 from harness.writer import BackgroundWriter
+
+CALIBRATION_SAMPLES = 4  # prompts per calibration probe
 
 
 @dataclass(slots=True)
@@ -50,14 +54,18 @@ def host_info() -> dict:
     return info
 
 
-async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock) -> Calibration:
+async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock, prompts: Prompts,
+                     run_id: str) -> Calibration:
+    """Each probe measures the mean of CALIBRATION_SAMPLES prompts: natural-text windows differ
+    by ~7% in tokens per word, so one window would fit the length to itself, not to the mean.
+    The samples keep their ordinals from probe to probe, so only the length changes."""
     pool = ConnectionPool(endpoint)
+    probes = 0
 
-    async def probe(words: int) -> int | None:
-        prompts = PromptFactory(config.seed, words)
-        request_id = f"calibrate-{words}"
-        body = payload(config.api, config.model, prompts.text(request_id), 1, config.temperature,
-                       force_length=False)
+    async def one(words: int, sample: int) -> int | None:
+        request_id = calibration_key(run_id, probes, sample)
+        text = prompts.sized(words).text(request_id, calibration_ordinal(sample))
+        body = payload(config.api, config.model, text, 1, config.temperature, force_length=False)
         record = await stream_completion(
             pool, build_request(endpoint, body, request_id),
             RequestRecord(request_id, 1, 0, 0, 0.0), clock, config.timeout_s,
@@ -67,6 +75,14 @@ async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock) -> Cal
                 f"the calibration request to {endpoint.base_url} failed: {record.error_message}"
             )
         return record.input_tokens
+
+    async def probe(words: int) -> int | None:
+        nonlocal probes
+        counts = [await one(words, sample) for sample in range(CALIBRATION_SAMPLES)]
+        probes += 1
+        if None in counts:
+            return None
+        return round(sum(counts) / len(counts))
 
     try:
         return await calibrate(config.input_tokens, probe)
@@ -81,33 +97,50 @@ async def execute(
     progress: LevelProgress,
     run_id: str,
     resume: bool = False,
+    prompts: Prompts | None = None,
 ) -> RunResult:
-    """Run (or resume) a sweep. TargetError before anything is stored if the target is bad."""
+    """Run (or resume) a sweep. TargetError (or ConfigError, for prompts a resumed run no longer
+    has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded."""
+    prompts = prompts or load(config.prompts, config.seed)
     info = await target.describe(endpoint, config.model or None)
     config = replace(config, model=info.model, engine=config.engine or info.engine)
     clock = Clock()
+    server = server_table(await target.fetch_stats(endpoint))
+    if server:
+        progress.message(describe_server_table(server))
     if not resume:
-        calibration = await _calibrate(config, endpoint, clock)
-        progress.message(calibration.describe())
+        words, measured = None, None
+        if prompts.calibrated:
+            calibration = await _calibrate(config, endpoint, clock, prompts, run_id)
+            progress.message(f"{calibration.describe()}; source: {prompts.describe()}")
+            words, measured = calibration.words, calibration.prompt_tokens
+        else:
+            progress.message(f"prompts: not calibrated; source: {prompts.describe()}")
+        extras = {"prompt_words": words, "prompts_digest": prompts.digest(),
+                  **({"server": server} if server else {})}
         store.create_run(run_id, {
             "device": config.device, "engine": config.engine, "model": config.model,
             "table_placement": config.table_placement, "target_url": config.url,
             "api": config.api, "mode": config.mode, "levels": list(config.levels),
             "rounds": config.rounds, "input_tokens": config.input_tokens,
             "output_tokens": config.output_tokens,
-            "measured_input_tokens": calibration.prompt_tokens, "label": config.label,
-            "config": json.dumps({**config.to_json_dict(), "prompt_words": calibration.words}),
+            "measured_input_tokens": measured, "label": config.label,
+            "config": json.dumps({**config.to_json_dict(), **extras}),
             "host": json.dumps(host_info()), "version": __version__,
         })
-        words = calibration.words
     else:
         stored = json.loads(store.run(run_id)["config"])
+        if stored.get("prompts_digest", prompts.digest()) != prompts.digest():
+            raise ConfigError(f"the prompts of run {run_id} ({config.prompts}) have changed "
+                              "since it started, so its missing rounds cannot be rebuilt alike")
         words = stored["prompt_words"]
         store.update_run(run_id, status="running", finished_at=None, error=None)
+    if words is not None:
+        prompts = prompts.sized(words)
     done = store.done_rounds(run_id)
     progress.message(f"run {run_id}: {config.mode} mode, levels {list(config.levels)}, "
                      f"{config.rounds} rounds, target {endpoint.base_url} model {config.model}")
-    sweep = Sweep(config, endpoint, run_id, PromptFactory(config.seed, words), clock)
+    sweep = Sweep(config, endpoint, run_id, prompts, clock)
     writer = BackgroundWriter(store, run_id)
     outcomes: list[LevelOutcome] = []
     try:

@@ -3,6 +3,10 @@
 `closed`: C workers, each sends its rounds back to back; round r is the r-th request of every
 worker. `burst`: C requests start together, all finish, then the next round. A round is handed
 to `commit` as soon as its C records exist, so a killed process loses at most that round.
+
+Every request has an ordinal, distinct within the run and the same on resume, from which the
+prompt source builds a distinct prompt: the sweep's requests 0.., then warmup; calibration
+prompts take negative ones (`calibration_ordinal`).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from dataclasses import dataclass
 from harness.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.config import RunConfig
 from harness.endpoint import Endpoint
+from harness.prompts import Prompts
 from harness.records import RequestRecord
-from harness.workload import PromptFactory, payload
+from harness.workload import payload
 
 Commit = Callable[[list[RequestRecord]], None]
 OnRecord = Callable[[RequestRecord], None]
@@ -35,13 +40,23 @@ class LevelOutcome:
         return sum(r.chunks for r in self.records)
 
 
+def calibration_ordinal(sample: int) -> int:
+    """Calibration prompts never share a start with a measured request's."""
+    return -1 - sample
+
+
+def calibration_key(run_id: str, probe: int, sample: int) -> str:
+    """Same shape as a sweep's keys, so a prompt that carries its key measures alike."""
+    return f"{run_id}-c0-r{probe}-w{sample}"
+
+
 class Sweep:
     def __init__(
         self,
         config: RunConfig,
         endpoint: Endpoint,
         run_id: str,
-        prompts: PromptFactory,
+        prompts: Prompts,
         clock: Clock,
     ) -> None:
         self.config = config
@@ -50,17 +65,34 @@ class Sweep:
         self.prompts = prompts
         self.clock = clock
         self.pool = ConnectionPool(endpoint)
+        self._first_ordinal: dict[int, int] = {}
+        total = 0
+        for c in config.levels:
+            self._first_ordinal[c] = total
+            total += c * config.rounds
+        self._warmup_ordinal = total
 
-    def _request(self, c: int, rnd: int, worker: int, tag: str = "") -> tuple[bytes, RequestRecord]:
+    def _request(self, c: int, rnd: int, worker: int, ordinal: int,
+                 tag: str = "") -> tuple[bytes, RequestRecord]:
         request_id = f"{self.run_id}{tag}-c{c}-r{rnd}-w{worker}"
         cfg = self.config
-        body = payload(cfg.api, cfg.model, self.prompts.text(request_id), cfg.output_tokens,
-                       cfg.temperature)
+        body = payload(cfg.api, cfg.model, self.prompts.text(request_id, ordinal),
+                       cfg.output_tokens, cfg.temperature)
         record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0)
         return build_request(self.endpoint, body, request_id), record
 
-    async def _one(self, c: int, rnd: int, worker: int, tag: str = "") -> RequestRecord:
-        request, record = self._request(c, rnd, worker, tag)
+    def ordinal(self, c: int, rnd: int, worker: int) -> int:
+        """A measured request's ordinal: 0, 1, ... over levels, rounds and workers."""
+        return self._first_ordinal[c] + rnd * c + worker
+
+    def warmup_ordinal(self, i: int) -> int:
+        return self._warmup_ordinal + i
+
+    async def _one(self, c: int, rnd: int, worker: int, ordinal: int | None = None,
+                   tag: str = "") -> RequestRecord:
+        if ordinal is None:
+            ordinal = self.ordinal(c, rnd, worker)
+        request, record = self._request(c, rnd, worker, ordinal, tag)
         return await stream_completion(self.pool, request, record, self.clock,
                                        self.config.timeout_s)
 
@@ -68,7 +100,8 @@ class Sweep:
         """Requests that are sent but never stored (compile caches, first-touch pages)."""
         await self.pool.warm(concurrency)
         return await asyncio.gather(
-            *(self._one(concurrency, i, i % concurrency, "-warmup") for i in range(count))
+            *(self._one(concurrency, i, i % concurrency, self.warmup_ordinal(i), "-warmup")
+              for i in range(count))
         )
 
     async def run_level(

@@ -1,4 +1,4 @@
-"""Prompts: seeded, unique per request (no prefix-cache flattery), ~N tokens after calibration.
+"""Request bodies, and the calibration that sizes prompts to ~N tokens (harness.prompts).
 
 Calibration asks the target itself: it sends a few max_tokens=1 requests and reads
 `usage.prompt_tokens`, then fits words -> tokens (chat templates add a fixed overhead).
@@ -6,44 +6,10 @@ Calibration asks the target itself: it sends a few max_tokens=1 requests and rea
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-# Common English words: one token each in most subword vocabularies, so counts stay stable.
-_WORDS = """
-time year people way day man thing woman life child world school state family student group
-country problem hand part place case week company system program question work government
-number night point home water room mother area money story fact month lot right study book
-eye job word business issue side kind head house service friend father power hour game line
-end member law car city community name president team minute idea kid body information back
-parent face others level office door health person art war history party result change
-morning reason research girl guy moment air teacher force education foot boy age policy
-process music market sense nation plan college interest death experience effect use class
-control care field development role effort rate heart drug show leader light voice wife
-police mind price report decision son view relationship town road arm difference value
-building action model season society tax director position player record paper space ground
-form event official matter center couple site project activity star table need court oil
-situation cost industry figure street image phone data picture practice piece land product
-doctor wall patient worker news test movie north love support technology step baby computer
-type attention film tree source organization hair window evidence population truth song
-river garden summer winter spring autumn bridge mountain ocean island forest valley desert
-""".split()  # noqa: SIM905 (a word list reads better as text)
-
 TOLERANCE = 0.05
-
-
-@dataclass(slots=True, frozen=True)
-class PromptFactory:
-    """Builds the prompt for a request key; `words` is set by calibration."""
-
-    seed: int = 0
-    words: int = 96
-
-    def text(self, key: str) -> str:
-        rng = random.Random(f"{self.seed}:{key}")
-        body = " ".join(rng.choice(_WORDS) for _ in range(max(self.words - 5, 1)))
-        return f"Request {key}. Continue this story: {body}"
 
 
 def payload(

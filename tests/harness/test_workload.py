@@ -3,15 +3,8 @@ import asyncio
 import pytest
 
 from harness.mock_server import count_prompt_tokens
-from harness.workload import PromptFactory, calibrate, payload
-
-
-def test_prompts_are_unique_and_deterministic():
-    f = PromptFactory(seed=3, words=50)
-    assert f.text("a") == PromptFactory(seed=3, words=50).text("a")
-    assert f.text("a") != f.text("b")
-    assert f.text("a")[:40] != f.text("b")[:40]  # differs at the start: no shared prefix
-    assert len(f.text("a").split()) == 50
+from harness.prompts import RandomWords, load
+from harness.workload import calibrate, payload
 
 
 @pytest.mark.parametrize(("overhead", "per_word"), [(0, 1.0), (30, 1.0), (12, 1.6), (5, 0.8)])
@@ -28,10 +21,10 @@ def test_calibration_lands_within_five_percent(overhead, per_word):
     assert "measured" in cal.describe()
 
 
-def test_calibration_against_the_fake_tokenizer():
+@pytest.mark.parametrize("prompts", [RandomWords(), load("text")])
+def test_calibration_against_the_fake_tokenizer(prompts):
     async def probe(words: int) -> int:
-        text = PromptFactory(words=words).text("calibrate")
-        return count_prompt_tokens([text])
+        return count_prompt_tokens([prompts.sized(words).text("20261129-180121-2ecb-c0-r0-w0", -1)])
 
     cal = asyncio.run(calibrate(512, probe))
     assert abs(cal.error) <= 0.05

@@ -1,0 +1,222 @@
+"""Prompt sources (`run --prompts`): what each request asks, unique and rebuilt alike on resume.
+
+- `words`: seeded common words behind the request key (any server; the historical default).
+- `text`: a window of natural prose (harness.corpus, or the user's own text file) cut at a
+  per-request offset, so the n-grams a request sends, and the Engram rows they address, follow
+  real text; no key is added, whose digits would be n-grams no other request shares.
+- a `.jsonl` file: the user's own prompts at their own lengths, in a seeded order.
+
+Each request of a run has a distinct ordinal (harness.sweep); a source turns it into a prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+from harness import corpus
+
+BUILTIN = ("words", "text")
+
+# Common English words: one token each in most subword vocabularies, so counts stay stable.
+_WORDS = """
+time year people way day man thing woman life child world school state family student group
+country problem hand part place case week company system program question work government
+number night point home water room mother area money story fact month lot right study book
+eye job word business issue side kind head house service friend father power hour game line
+end member law car city community name president team minute idea kid body information back
+parent face others level office door health person art war history party result change
+morning reason research girl guy moment air teacher force education foot boy age policy
+process music market sense nation plan college interest death experience effect use class
+control care field development role effort rate heart drug show leader light voice wife
+police mind price report decision son view relationship town road arm difference value
+building action model season society tax director position player record paper space ground
+form event official matter center couple site project activity star table need court oil
+situation cost industry figure street image phone data picture practice piece land product
+doctor wall patient worker news test movie north love support technology step baby computer
+type attention film tree source organization hair window evidence population truth song
+river garden summer winter spring autumn bridge mountain ocean island forest valley desert
+""".split()  # noqa: SIM905 (a word list reads better as text)
+
+_NO_PROMPT = ('has no prompt: expected {"prompt": ...}, "messages" with a user message, or '
+              '"conversations" with a human turn')
+
+
+class PromptFileError(ValueError):
+    """A --prompts file that cannot be used; one sentence naming the file (and line)."""
+
+
+class Prompts(Protocol):
+    calibrated: ClassVar[bool]  # False: prompts keep their own lengths (no calibration)
+
+    def sized(self, words: int) -> Prompts: ...
+
+    def text(self, key: str, ordinal: int) -> str: ...
+
+    def digest(self) -> str: ...
+
+    def describe(self) -> str: ...
+
+
+def _digest(items: tuple[str, ...]) -> str:
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
+
+
+def spread(seed: int, ordinal: int, n: int) -> int:
+    """Position of `ordinal` in a seeded walk over n slots: n consecutive ordinals hit n
+    distinct slots (a stride coprime with n), and neighbouring ordinals land far apart."""
+    rng = random.Random(f"{seed}:{n}")
+    stride = max(round(n * 0.618), 1) + rng.randrange(max(n // 16, 1))
+    while math.gcd(stride, n) != 1:
+        stride += 1
+    return (rng.randrange(n) + ordinal * stride) % n
+
+
+@dataclass(slots=True, frozen=True)
+class RandomWords:
+    """`words`: the request key, then seeded common words; `words` is set by calibration."""
+
+    seed: int = 0
+    words: int = 96
+    calibrated: ClassVar[bool] = True
+
+    def sized(self, words: int) -> RandomWords:
+        return replace(self, words=words)
+
+    def text(self, key: str, ordinal: int) -> str:
+        rng = random.Random(f"{self.seed}:{key}")
+        body = " ".join(rng.choice(_WORDS) for _ in range(max(self.words - 5, 1)))
+        return f"Request {key}. Continue this story: {body}"
+
+    def digest(self) -> str:
+        return _digest(tuple(_WORDS))
+
+    def describe(self) -> str:
+        return "random common words"
+
+
+@dataclass(slots=True, frozen=True)
+class RunningText:
+    """`text` or a text file: `words` consecutive words of a circular text from a per-request
+    offset, distinct for up to len(corpus) requests, so no two prompts start alike."""
+
+    corpus: tuple[str, ...]
+    source: str
+    seed: int = 0
+    words: int = 96
+    calibrated: ClassVar[bool] = True
+
+    def sized(self, words: int) -> RunningText:
+        return replace(self, words=words)
+
+    def text(self, key: str, ordinal: int) -> str:
+        n = len(self.corpus)
+        start = spread(self.seed, ordinal, n)
+        return " ".join(self.corpus[(start + i) % n] for i in range(self.words))
+
+    def digest(self) -> str:
+        return _digest(self.corpus)
+
+    def describe(self) -> str:
+        return f"natural text ({self.source}, {len(self.corpus):,} words)"
+
+
+@dataclass(slots=True, frozen=True)
+class FixedPrompts:
+    """A `.jsonl` file: its prompts as written, cycled in a seeded order."""
+
+    prompts: tuple[str, ...]
+    source: str
+    seed: int = 0
+    calibrated: ClassVar[bool] = False
+
+    def sized(self, words: int) -> FixedPrompts:
+        return self
+
+    def text(self, key: str, ordinal: int) -> str:
+        return self.prompts[spread(self.seed, ordinal, len(self.prompts))]
+
+    def digest(self) -> str:
+        return _digest(self.prompts)
+
+    def describe(self) -> str:
+        return f"{len(self.prompts)} prompt(s) from {self.source} at their own lengths"
+
+
+def load(spec: str, seed: int = 0) -> Prompts:
+    """The source named by `--prompts`: words, text, or a file (PromptFileError if unusable)."""
+    if spec == "words":
+        return RandomWords(seed)
+    if spec == "text":
+        return RunningText(tuple(corpus.text().split()), "Python documentation", seed)
+    content = _read(Path(spec))
+    if spec.endswith(".jsonl"):
+        return FixedPrompts(_jsonl_prompts(spec, content), spec, seed)
+    words = tuple(content.split())
+    if not words:
+        raise PromptFileError(f"prompts file {spec} has no text")
+    return RunningText(words, spec, seed)
+
+
+def _read(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PromptFileError(f"prompts file {path} does not exist") from None
+    except OSError as exc:
+        raise PromptFileError(f"cannot read prompts file {path}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise PromptFileError(f"{path} line {line} is not UTF-8 text") from None
+
+
+def _jsonl_prompts(name: str, content: str) -> tuple[str, ...]:
+    prompts = []
+    for number, line in enumerate(content.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise PromptFileError(f"{name} line {number} is not JSON") from None
+        prompt = first_user_prompt(obj)
+        if not prompt:
+            raise PromptFileError(f"{name} line {number} {_NO_PROMPT}")
+        prompts.append(prompt)
+    if not prompts:
+        raise PromptFileError(f"prompts file {name} is empty")
+    return tuple(prompts)
+
+
+def first_user_prompt(obj: object) -> str | None:
+    """`{"prompt"}`, OpenAI `{"messages"}` (first user message) or ShareGPT `{"conversations"}`
+    (first human turn); None when the object holds none of them."""
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("prompt"), str):
+        return obj["prompt"]
+    for field, who, role, body in (("messages", ("user",), "role", "content"),
+                                   ("conversations", ("human", "user"), "from", "value")):
+        turns = obj.get(field)
+        if isinstance(turns, list):
+            for turn in turns:
+                if isinstance(turn, dict) and turn.get(role) in who:
+                    return _content_text(turn.get(body))
+    return None
+
+
+def _content_text(content: object) -> str | None:
+    """A message's text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "\n".join(p for p in parts if isinstance(p, str)) or None
+    return None

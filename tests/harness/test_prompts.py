@@ -1,0 +1,128 @@
+"""Prompt sources: distinct per request, rebuilt alike, and bad files refused by line."""
+
+import json
+
+import pytest
+
+from harness import corpus
+from harness.config import RunConfig
+from harness.endpoint import Endpoint
+from harness.prompts import PromptFileError, RandomWords, load, spread
+from harness.sweep import Sweep, calibration_ordinal
+
+KEY = "20261129-180121-2ecb-c1-r0-w0"
+
+
+def test_word_prompts_are_unique_and_deterministic():
+    f = RandomWords(seed=3, words=50)
+    assert f.text("a", 0) == RandomWords(seed=3, words=50).text("a", 0)
+    assert f.text("a", 0) != f.text("b", 0)
+    assert f.text("a", 0)[:40] != f.text("b", 0)[:40]  # differs at the start: no shared prefix
+    assert len(f.text("a", 0).split()) == 50
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 25_515])
+def test_spread_visits_every_slot_once_per_cycle(n):
+    slots = [spread(5, i, n) for i in range(min(n, 3000))]
+    assert len(set(slots)) == len(slots)
+    assert all(0 <= s < n for s in slots)
+    assert spread(5, n + 3, n) == spread(5, 3, n)  # then the cycle repeats
+
+
+def test_text_prompts_are_windows_of_the_prose_with_distinct_starts():
+    prompts = load("text", seed=1).sized(90)
+    prose = " ".join(corpus.text().split())
+    texts = [prompts.text(KEY, i) for i in range(300)]
+    for t in texts[:50]:
+        assert len(t.split()) == 90
+        assert t in prose + " " + prose  # consecutive words of the running text (circular)
+        assert "2ecb" not in t  # no request key: its digits are n-grams nobody else sends
+    assert len({" ".join(t.split()[:8]) for t in texts}) == len(texts)  # no shared openings
+    assert texts == [load("text", seed=1).sized(90).text(KEY, i) for i in range(300)]
+    assert load("text", seed=2).sized(90).text(KEY, 0) != texts[0]
+
+
+def test_every_request_of_a_run_gets_its_own_prompt():
+    config = RunConfig(url="http://127.0.0.1:9/v1", model="m", levels=(1, 2, 4, 8), rounds=10,
+                       warmup=5)
+    sweep = Sweep(config, Endpoint(config.url), "run", load("text").sized(60), clock=None)
+    try:
+        ordinals = [sweep.ordinal(c, r, w) for c in config.levels
+                    for r in range(config.rounds) for w in range(c)]
+        ordinals += [sweep.warmup_ordinal(i) for i in range(config.warmup)]
+        ordinals += [calibration_ordinal(i) for i in range(4)]
+        texts = {sweep.prompts.text(KEY, o) for o in ordinals}
+        assert len(texts) == len(ordinals) == 150 + 5 + 4
+    finally:
+        sweep.close()
+
+
+def _write(path, lines):
+    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines))
+    return str(path)
+
+
+def test_jsonl_formats_keep_their_prompts_and_cycle_in_a_seeded_order(tmp_path):
+    lines = [
+        {"conversations": [{"from": "system", "value": "be brief"},
+                           {"from": "human", "value": "first"}, {"from": "gpt", "value": "x"}]},
+        "",
+        {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "second"}]},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "third"}]}]},
+        {"prompt": "fourth"},
+    ]
+    prompts = load(_write(tmp_path / "p.jsonl", lines), seed=0)
+    assert not prompts.calibrated
+    cycle = [prompts.text(KEY, i) for i in range(4)]
+    assert sorted(cycle) == ["first", "fourth", "second", "third"]
+    assert [prompts.text(KEY, i) for i in range(4, 8)] == cycle
+    orders = {tuple(load(str(tmp_path / "p.jsonl"), seed=s).text(KEY, i) for i in range(4))
+              for s in range(6)}
+    assert len(orders) > 1  # the seed chooses the order
+
+
+def test_a_plain_text_file_is_cut_like_text(tmp_path):
+    path = tmp_path / "book.txt"
+    path.write_text("It was the best of times,\n\nit was the worst of times.\n")
+    prompts = load(str(path)).sized(5)
+    assert prompts.calibrated
+    text = prompts.text(KEY, 0)
+    assert len(text.split()) == 5 and set(text.split()) <= set(path.read_text().split())
+
+
+def test_digest_follows_the_file(tmp_path):
+    path = _write(tmp_path / "p.jsonl", [{"prompt": "a"}])
+    before = load(path).digest()
+    assert load(path).digest() == before
+    _write(tmp_path / "p.jsonl", [{"prompt": "b"}])
+    assert load(path).digest() != before
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("p.jsonl", "", "is empty"),
+        ("p.jsonl", "\n  \n", "is empty"),
+        ("p.jsonl", '{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": \n', "line 3 is not JSON"),
+        ("p.jsonl", '{"prompt": "a"}\n{"text": "b"}\n', "line 2 has no prompt"),
+        ("p.jsonl", '{"prompt": "a"}\n["b"]\n', "line 2 has no prompt"),
+        ("p.jsonl", '{"messages": [{"role": "assistant", "content": "b"}]}', "line 1 has no"),
+        ("p.jsonl", '{"prompt": ""}', "line 1 has no prompt"),
+        ("p.txt", " \n\n", "has no text"),
+        ("p.txt", b"fine\n\xff\xfe\n", "line 2 is not UTF-8 text"),
+    ],
+)
+def test_bad_files_are_named_with_their_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(PromptFileError, match=message) as err:
+        load(str(path))
+    assert str(path) in str(err.value)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(PromptFileError, match="does not exist"):
+        load(str(tmp_path / "nope.jsonl"))
