@@ -1,130 +1,272 @@
-"""`make bench-offload`: the same prompts and seed under every table placement, at C=1,4,8.
+"""`make bench-offload`: the offload study. What does moving the Engram table out of memory cost,
+and where does the time go?
 
-Drives the engine directly (no HTTP, so only the table placement differs) and prints mean TPS
-per request, the ratio to `device`, the stall fraction of step time and the Engram bytes per
-token. nvme/mmap runs warm (a pass first touches its pages); nvme/direct runs with a row cache
-far smaller than the table, so rows keep coming from disk. All placements are loaded at
-once and measured in turn, round by round, so drift of a shared machine hits them alike.
+Arms: the table in device memory, in host memory, and on nvme (mmap) with the page cache held
+to all of the table, spark's share (8 GiB / 47.7 GiB) and 1/32, each started cold or warm.
+Each arm is its own server process with its own table file, so one arm's page-cache drops and
+counters never touch another's. Levels are bursts of C requests (natural-text prompts, replayed
+natural-text outputs, 128/64 tokens by default) run round by round, every arm in turn, so the
+drift of this machine spreads over all arms. A cold arm drops its table from the page cache
+before each of its rounds. Figures come from the server's own counters: kernel truth for
+disk bytes, faults and residency; the block device's stat file for IOPS and queue depth. The
+disk's own ceiling (4 KiB O_DIRECT random reads at queue depth 1 and 16) is probed first.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import os
 import statistics
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+import httpx
 
-from runners.engram.runtime import Runtime, ServerOptions
-from runners.engram.scheduler import SamplingParams, Sequence
+from harness import aio
+from harness.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.endpoint import Endpoint
+from harness.prompts import Prompts
+from harness.prompts import load as load_prompts
+from harness.records import RequestRecord
+from harness.workload import payload
+from runners.lifecycle import BundledServer
+from runners.profiles import profile
 
-CASES = [  # label, placement, io, page-cache / row-cache budget in GiB (None: free RAM), prefetch
-    ("device", "device", "mmap", None, True),
-    ("host", "host", "mmap", None, True),
-    ("nvme mmap (warm)", "nvme", "mmap", None, True),
-    ("nvme direct (cache 64 MiB)", "nvme", "direct", 1 / 16, True),
-    ("nvme direct, no prefetch", "nvme", "direct", 1 / 16, False),
-]
-
-
-def measure_bandwidth() -> float:
-    """Memory copy bandwidth (read + write bytes per second), numpy, one thread."""
-    src = np.ones(256 * 2**20, dtype=np.uint8)
-    dst = np.empty_like(src)
-    best = 0.0
-    for _ in range(5):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = max(best, 2 * src.nbytes / (time.perf_counter() - start))
-    return best
+SPARK = profile("spark").cache_ratio
+TABLES = Path("results/tables/study")
 
 
-def run_level(runtime: Runtime, concurrency: int, tokens: int) -> list[float]:
-    """C requests together; returns each request's TPS (output tokens / its time)."""
-    tok = runtime.tokenizer
-    done = threading.Event()
-    finished: list[float] = []
-    lock = threading.Lock()
-    start = time.perf_counter()
+@dataclass(slots=True, frozen=True)
+class Arm:
+    label: str
+    placement: str
+    ratio: float | None = None  # nvme only
+    state: str | None = None  # nvme only: cold | warm
 
-    def on_token(token: int | None, reason: str | None) -> None:
-        if reason is not None:
-            with lock:
-                finished.append(time.perf_counter())
-                if len(finished) == concurrency:
-                    done.set()
+    def server_args(self, preset: str, table_gib: float, max_running: int) -> list[str]:
+        name = self.label.replace(" ", "_").replace("/", "-")
+        args = ["--device", "cpu", "--preset", preset, "--placement", self.placement,
+                "--table-size-gb", f"{table_gib:g}", "--decode", "replay",
+                "--max-running", str(max_running),
+                "--table-path", str(TABLES / f"{preset}-{table_gib:g}gib-{name}.bin")]
+        if self.placement == "nvme":
+            args += ["--io", "mmap", "--cache-ratio", f"{self.ratio:.6f}",
+                     "--cache-state", str(self.state)]
+        return args
 
-    for i in range(concurrency):
-        prompt = tok.chat_prompt([{"role": "user", "content": f"Story {i}: " + "once " * 100}])
-        runtime.engine.submit(Sequence(f"b{i}", prompt, SamplingParams(tokens, ignore_eos=True)),
-                              on_token)
-    done.wait()
-    return [tokens / (end - start) for end in finished]
+
+def arms_for(preset: str) -> list[Arm]:
+    nvme = [Arm(f"nvme {name} {state}", "nvme", ratio, state)
+            for name, ratio in (("all", 1.0), ("spark", SPARK), ("1/32", 1 / 32))
+            for state in ("cold", "warm")]
+    if preset == "deepseek-mini":  # the second geometry: fewer arms, C=1 and 8
+        return [Arm("device", "device"), *[a for a in nvme if "spark" in a.label]]
+    return [Arm("device", "device"), Arm("host", "host"), *nvme]
+
+
+@dataclass(slots=True)
+class Cell:
+    """One (arm, C): every request's TPS and the server's counters summed over rounds."""
+
+    tps: list[float] = field(default_factory=list)
+    delta: dict[str, float] = field(default_factory=dict)
+    resident_max: float = 0.0
+    budget: float | None = None
+
+    def add(self, before: dict, after: dict) -> None:
+        for key, value in after.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                old = before.get(key)
+                if old is not None and key in COUNTED:
+                    self.delta[key] = self.delta.get(key, 0.0) + value - old
+        self.resident_max = max(self.resident_max, after.get("table_resident_bytes") or 0)
+        self.budget = after.get("table_budget_bytes")
+
+    def per(self, key: str, by: str) -> float | None:
+        if key not in self.delta or not self.delta.get(by):
+            return None
+        return self.delta[key] / self.delta[by]
+
+
+COUNTED = ("tokens", "decode_tokens", "steps", "step_ms", "compute_ms", "engram_wait_ms", "hash_ms",
+           "sample_ms", "emit_ms", "gather_cpu_ms", "evict_cpu_ms", "disk_read_bytes",
+           "page_faults_major", "page_faults_minor", "pages_requested", "blockdev_reads",
+           "blockdev_read_ms", "uptime_s", "prefill_gather_ms", "decode_gather_ms")
+
+
+def probe_disk(path: Path, seconds: float = 1.0) -> dict[int, float]:
+    """Random 4 KiB O_DIRECT reads over `path`: IOPS at queue depth 1 and 16."""
+    import mmap
+    import random
+
+    size = path.stat().st_size
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+
+    def reader(seed: int, deadline: float) -> int:
+        buf, rng, n = mmap.mmap(-1, 4096), random.Random(seed), 0
+        while time.perf_counter() < deadline:
+            os.preadv(fd, [buf], rng.randrange(size // 4096) * 4096)
+            n += 1
+        return n
+
+    out = {}
+    try:
+        for depth in (1, 16):
+            deadline = time.perf_counter() + seconds
+            with ThreadPoolExecutor(depth) as pool:
+                done = sum(pool.map(reader, range(depth), [deadline] * depth))
+            out[depth] = done / seconds
+    finally:
+        os.close(fd)
+    return out
+
+
+async def burst(url: str, model: str, prompts: Prompts, c: int, first: int,
+                tokens: int) -> list[float]:
+    """C requests at once; returns each one's TPS (output tokens / whole request time)."""
+    endpoint = Endpoint(url, "chat", None)
+    pool = ConnectionPool(endpoint)
+    clock = Clock()
+    await pool.warm(c)
+
+    async def one(i: int) -> RequestRecord:
+        body = payload("chat", model, prompts.text("", first + i), tokens, 0.0)
+        record = RequestRecord(f"study-{first + i}", c, 0, i, 0.0)
+        return await stream_completion(pool, build_request(endpoint, body, record.request_id),
+                                       record, clock, 600.0)
+
+    try:
+        records = await asyncio.gather(*(one(i) for i in range(c)))
+    finally:
+        pool.close()
+    failed = [r for r in records if not r.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} requests failed: {failed[0].error_message}")
+    return [r.tps for r in records if r.tps is not None]
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def study(preset: str, table_gib: float, levels: list[int], rounds: int, tokens: int,
+          words: int, only: list[str]) -> None:
+    arms = [a for a in arms_for(preset) if not only or any(w in a.label for w in only)]
+    max_running = profile("spark").max_running_requests
+    TABLES.mkdir(parents=True, exist_ok=True)
+    prompts = load_prompts("text", seed=1).sized(words)
+    cells: dict[tuple[str, int], Cell] = {}
+    with contextlib.ExitStack() as stack, httpx.Client(timeout=120) as http:
+        servers = {}
+        for arm in arms:
+            started = time.perf_counter()
+            server = stack.enter_context(BundledServer(
+                arm.server_args(preset, table_gib, max_running)))
+            servers[arm.label] = server
+            print(f"  {arm.label:<16} up in {time.perf_counter() - started:5.1f} s "
+                  f"({server.log_path})", flush=True)
+        root = {label: s.url.removesuffix("/v1") for label, s in servers.items()}
+        model = http.get(root[arms[0].label] + "/v1/models").json()["data"][0]["id"]
+        for arm in arms:  # first-call costs; warm arms also fill their page cache here
+            aio.run(burst(servers[arm.label].url, model, prompts, 4, 10**6, 16))
+        ordinal = 0
+        for r in range(rounds):
+            for c in levels:
+                for arm in arms:
+                    if arm.state == "cold":
+                        http.post(root[arm.label] + "/table/drop_cache").raise_for_status()
+                    before = http.get(root[arm.label] + "/stats").json()
+                    tps = aio.run(burst(servers[arm.label].url, model, prompts, c, ordinal,
+                                        tokens))
+                    after = http.get(root[arm.label] + "/stats").json()
+                    cell = cells.setdefault((arm.label, c), Cell())
+                    cell.tps += tps
+                    cell.add(before, after)
+                ordinal += c  # every arm gets the same prompts at the same level and round
+            print(f"  round {r + 1}/{rounds} done", flush=True)
+    report(preset, table_gib, arms, levels, cells, tokens)
+
+
+def report(preset: str, table_gib: float, arms: list[Arm], levels: list[int],
+           cells: dict[tuple[str, int], Cell], tokens: int) -> None:
+    print(f"\n{preset}, table {table_gib:g} GiB, {tokens} output tokens, natural text in and "
+          f"out, prefetch on; spark ratio {SPARK:.3f}")
+    print(f"{'arm':<17}{'C':>3}{'TPS/req':>8}{'x dev':>7}{'stall':>7}{'disk B/tok':>11}"
+          f"{'majflt/tok':>11}{'IOPS':>7}{'QD':>6}{'hit':>7}{'resident/budget':>17}")
+    for arm in arms:
+        for c in levels:
+            cell, device = cells[(arm.label, c)], cells[("device", c)]
+            tps = statistics.fmean(cell.tps)
+            iops = cell.per("blockdev_reads", "uptime_s")
+            qd = cell.per("blockdev_read_ms", "uptime_s")
+            hit = None
+            if cell.delta.get("pages_requested") and "disk_read_bytes" in cell.delta:
+                hit = max(0.0, 1 - cell.delta["disk_read_bytes"] / 4096
+                          / cell.delta["pages_requested"])
+            resident = (f"{cell.resident_max / 2**20:.0f}/{cell.budget / 2**20:.0f} MiB"
+                        if cell.budget else "-")
+            print(f"{arm.label:<17}{c:>3}{tps:>8.1f}{tps / statistics.fmean(device.tps):>7.3f}"
+                  f"{fmt(cell.per('engram_wait_ms', 'step_ms'), '>7.1%')}"
+                  f"{fmt(cell.per('disk_read_bytes', 'tokens'), '>11,.0f')}"
+                  f"{fmt(cell.per('page_faults_major', 'tokens'), '>11.2f')}"
+                  f"{fmt(iops, '>7,.0f')}{fmt(qd and qd / 1000, '>6.1f')}"
+                  f"{fmt(hit, '>7.1%')}{resident:>17}")
+    print("\nwhere step time goes (all levels; shares of engine step time, CPU of other "
+          "threads per step):")
+    print(f"{'arm':<17}{'ms/step':>8}{'compute':>9}{'wait':>7}{'ids':>6}{'other':>7}"
+          f"{'gather CPU':>11}{'evict CPU':>10}{'minflt/tok':>11}")
+    for arm in arms:
+        total = Cell()
+        for c in levels:
+            for key, value in cells[(arm.label, c)].delta.items():
+                total.delta[key] = total.delta.get(key, 0.0) + value
+        step = total.delta.get("step_ms") or float("nan")
+        share = {k: total.delta.get(k, 0.0) / step for k in
+                 ("compute_ms", "engram_wait_ms", "hash_ms", "sample_ms", "emit_ms")}
+        print(f"{arm.label:<17}{fmt(total.per('step_ms', 'steps'), '>8.1f')}"
+              f"{share['compute_ms']:>9.1%}{share['engram_wait_ms']:>7.1%}"
+              f"{share['hash_ms']:>6.1%}{share['sample_ms'] + share['emit_ms']:>7.1%}"
+              f"{fmt(total.per('gather_cpu_ms', 'steps'), '>11.2f')}"
+              f"{fmt(total.per('evict_cpu_ms', 'steps'), '>10.2f')}"
+              f"{fmt(total.per('page_faults_minor', 'tokens'), '>11.1f')}")
+    print("\nlowest C at which the stall passes 5% of step time:")
+    for arm in arms:
+        over = [c for c in levels
+                if (cells[(arm.label, c)].per("engram_wait_ms", "step_ms") or 0) > 0.05]
+        print(f"  {arm.label:<17} {over[0] if over else f'none up to {max(levels)}'}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="qwen-mini")
     parser.add_argument("--table-gib", type=float, default=2.0)
-    parser.add_argument("--levels", default="1,4,8")
+    parser.add_argument("--levels", default="1,4,8,16")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3, help="repeats of each level")
-    parser.add_argument("--cases", default="", help="comma-separated labels' first words")
+    parser.add_argument("--words", type=int, default=96, help="prompt words (~128 tokens)")
+    parser.add_argument("--arms", default="", help="comma-separated parts of arm labels")
+    parser.add_argument("--deepseek", default="1,8",
+                        help="deepseek-mini levels after the qwen-mini study ('' to skip)")
     args = parser.parse_args()
-    levels = [int(c) for c in args.levels.split(",")]
-    bandwidth = measure_bandwidth()
-    table = Path("results/tables") / f"{args.preset}-{args.table_gib:g}gib.bin"
-    wanted = [w for w in args.cases.split(",") if w]
-    cases = [c for c in CASES if not wanted or c[0].split()[0] in wanted or c[0] in wanted]
-    runtimes = {}
-    for label, placement, io, budget, prefetch in cases:  # all loaded at once ...
-        options = ServerOptions(preset=args.preset, placement=placement, io_mode=io,
-                                table_gib=args.table_gib, table_path=table,
-                                page_cache_gib=budget, max_running=max(levels),
-                                prefetch=prefetch, results_dir=Path("results"))
-        started = time.perf_counter()
-        runtime = Runtime(options)
-        runtimes[label] = (runtime, time.perf_counter() - started)
-        runtime.start()
-        run_level(runtime, max(levels), 8)  # warm-up: first-call costs, touches pages
-    results: dict[tuple[str, int], dict] = {}
-    for c in levels:  # ... and interleaved, so machine noise spreads over every placement
-        for _ in range(args.rounds):
-            for label, (runtime, _) in runtimes.items():
-                before = runtime.stats()
-                tps = run_level(runtime, c, args.tokens)
-                after = runtime.stats()
-                acc = results.setdefault((label, c), {"tps": [], "step": 0.0, "stall": 0.0,
-                                                      "tokens": 0, "read": 0})
-                acc["tps"] += tps
-                acc["step"] += after["step_ms"] - before["step_ms"]
-                acc["stall"] += after["stall_ms"] - before["stall_ms"]
-                acc["tokens"] += after["tokens"] - before["tokens"]
-                acc["read"] += after["engram_bytes_read"] - before["engram_bytes_read"]
-    weight_bytes = next(iter(runtimes.values()))[0].weight_bytes
-    rows = []
-    for (label, c), acc in results.items():
-        rows.append((label, c, statistics.fmean(acc["tps"]), acc["stall"] / acc["step"],
-                     acc["read"] / acc["tokens"], runtimes[label][1]))
-    rows.sort(key=lambda r: ([x[0] for x in cases].index(r[0]), r[1]))
-    for runtime, _ in runtimes.values():
-        runtime.close()
-    floor_ms = weight_bytes / bandwidth * 1000
-    device_tps = {c: tps for label, c, tps, *_ in rows if label == "device"}
-    print(f"preset {args.preset}, table {args.table_gib:g} GiB, {args.tokens} output tokens, "
-          f"greedy, same prompts under every placement")
-    print(f"{'placement':<28}{'C':>3}{'TPS/req':>9}{'x device':>10}{'stall':>8}"
-          f"{'B/token':>9}{'load s':>8}")
-    for label, c, tps, stall, per_token, load_s in rows:
-        print(f"{label:<28}{c:>3}{tps:>9.1f}{tps / device_tps[c]:>10.3f}{stall:>8.1%}"
-              f"{per_token:>9.0f}{load_s:>8.1f}")
-    c1 = device_tps.get(1)
-    if c1:
-        print(f"decode at C=1 (device): {1000 / c1:.1f} ms/token; memory-bandwidth floor "
-              f"{floor_ms:.1f} ms ({weight_bytes / 1e6:.0f} MB of weights / "
-              f"{bandwidth / 1e9:.1f} GB/s)")
+    TABLES.mkdir(parents=True, exist_ok=True)
+    probe_file = TABLES / "probe.bin"
+    if not probe_file.exists() or probe_file.stat().st_size < 2**30:
+        with open(probe_file, "wb") as f:
+            for _ in range(16):
+                f.write(os.urandom(64 * 2**20))
+    ceiling = probe_disk(probe_file)
+    print(f"disk ceiling, random 4 KiB O_DIRECT reads: {ceiling[1]:,.0f} IOPS at queue depth 1, "
+          f"{ceiling[16]:,.0f} at 16")
+    only = [w for w in args.arms.split(",") if w]
+    study(args.preset, args.table_gib, [int(c) for c in args.levels.split(",")], args.rounds,
+          args.tokens, args.words, only)
+    if args.deepseek and args.preset != "deepseek-mini":
+        study("deepseek-mini", args.table_gib, [int(c) for c in args.deepseek.split(",")],
+              args.rounds, args.tokens, args.words, only)
     return 0
 
 
