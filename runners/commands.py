@@ -59,7 +59,8 @@ def cmd_recipe(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_devices(args: argparse.Namespace, console: Console) -> int:
     if args.json:
-        print(json.dumps({name: asdict(p) for name, p in PROFILES.items()}))
+        print(json.dumps({name: {**asdict(p), "cache_ratio": p.cache_ratio}
+                          for name, p in PROFILES.items()}))
         return 0
     table = Table(title="device profiles (runners/data/devices.toml)", title_justify="left")
     for column in ("profile", "memory", "bandwidth", "offload link", "table", "running",
@@ -67,8 +68,10 @@ def cmd_devices(args: argparse.Namespace, console: Console) -> int:
         table.add_column(column)
     for p in PROFILES.values():
         memory = f"{p.memory_gb:g} GB {'unified' if p.unified else 'GPU'}"
-        table_at = p.table_placement + (f" ({p.io_mode}, page cache {p.page_cache_budget_gib:g} "
-                                        "GiB)" if p.page_cache_budget_gib else "")
+        table_at = p.table_placement
+        if p.page_cache_budget_gib and p.published_table_gib:
+            table_at += (f" ({p.io_mode}, page cache {p.page_cache_budget_gib:g} GiB of "
+                         f"{p.published_table_gib:g} GiB: ratio {p.cache_ratio:.3f})")
         table.add_row(f"{p.name}\n{p.description}", memory, f"{p.bandwidth_gbs:g} GB/s",
                       p.link, table_at, str(p.max_running_requests),
                       ",".join(map(str, p.default_levels)))

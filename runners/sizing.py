@@ -34,6 +34,7 @@ class ModelSpec:
     active_params_b: float  # billions of parameters read per decoded token
     bytes_per_param: float  # default: mixed precision estimate (FP4 experts, BF16/FP8 rest)
     context_limit: int
+    table_accesses_per_row: int = 1  # 2 where scales live in their own region (DeepSeek)
 
     @property
     def other_weights_gb(self) -> float:
@@ -55,11 +56,11 @@ MODELS: dict[str, ModelSpec] = {
     for m in (
         ModelSpec("qwen3.8-flash-next", 132.7, 51.2, 2560, 16, 6.0, 0.7, 262_144),
         # 48 rows of 256 FP8 values + 8 ue8m0 scale bytes each (scales in their own region).
-        ModelSpec("deepseek-v4.1-flash", 510.3, 196.6, 12_672, 48, 16.0, 0.75, 1_048_576),
+        ModelSpec("deepseek-v4.1-flash", 510.3, 196.6, 12_672, 48, 16.0, 0.75, 1_048_576, 2),
         # The bundled presets (fp32 on the CPU, 2 GiB default table).
         ModelSpec("qwen-mini", 0.26 + 2 * GIB / GB, 2 * GIB / GB, 2560, 16, 0.065, 4.0, 1024),
         ModelSpec("deepseek-mini", 0.34 + 2 * GIB / GB, 2 * GIB / GB, 12_672, 48, 0.084, 4.0,
-                  1024),
+                  1024, 2),
     )
 }
 
@@ -188,7 +189,8 @@ def size(model_name: str, device_name: str, nodes: int = 1, placement: str | Non
         if holds(chosen):
             verdict = "fits" if placement == "device" else "fits_with_offload"
     read_bytes = model.table_bytes_per_token
-    page_bytes = model.table_rows_per_token * 4096  # NVMe reads whole 4 KiB pages
+    # NVMe reads whole 4 KiB pages: one per access (values, and scales where separate)
+    page_bytes = model.table_rows_per_token * model.table_accesses_per_row * 4096
     tier_bytes = page_bytes if chosen.placement == "nvme" else read_bytes
     active_bytes = model.active_params_b * 1e9 * model.bytes_per_param
     return {

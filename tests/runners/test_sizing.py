@@ -31,6 +31,10 @@ def test_deepseek_needs_offload_on_4_sparks_and_fits_8_in_memory():
     assert four["verdict"] == "fits_with_offload" and four["placement"] == "nvme"
     assert four["in_memory_required_gb"] > 128
     assert four["offload_bytes_per_token"] == 48 * (256 + 8)  # FP8 values and ue8m0 scales
+    # two accesses per row on NVMe (values and scales in separate regions): twice the pages
+    qwen = size("qwen3.8-flash-next", "spark")
+    assert four["offload_tier_bytes_per_token"] == 2 * 48 * 4096
+    assert qwen["offload_tier_bytes_per_token"] == 16 * 4096
     eight = size("deepseek-v4.1-flash", "spark", nodes=8)
     assert (eight["verdict"], eight["placement"]) == ("fits", "device")
     assert size("deepseek-v4.1-flash", "spark", nodes=8, placement="nvme")["verdict"] == (
