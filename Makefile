@@ -39,7 +39,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PAGE_CACHE_GB),--page-cache-gb $(PAGE_CACHE_GB)) \
   $(if $(CACHE_STATE),--cache-state $(CACHE_STATE)) $(if $(PROMPTS),--prompts "$(PROMPTS)")
 
-.PHONY: venv test lint bench bench-harness bench-offload bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test lint bench bench-harness bench-offload bench-streams bench-explorer cuda-check serve explore summary export clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ bench-harness: $(STAMP)
 
 bench-offload: $(STAMP)
 	$(BIN)/python benchmarks/offload.py
+
+bench-streams: $(STAMP)
+	$(BIN)/python benchmarks/token_streams.py
 
 # On a CUDA machine (TORCH=<a CUDA build>): placement equivalence and a short offload run.
 cuda-check: $(STAMP)
