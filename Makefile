@@ -73,7 +73,8 @@ cuda-check: $(STAMP)
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else \
 	  'cuda-check needs a CUDA device and a CUDA build of torch (make TORCH=torch ...)')"
 	ENGRAM_TEST_DEVICE=cuda $(BIN)/python -m pytest tests/runners/test_engine.py
-	$(BIN)/python benchmarks/offload.py --levels 1,8 --rounds 1 --tokens 32
+	$(BIN)/python benchmarks/offload.py --levels 1,8 --rounds 1 --tokens 32 --arms device,host,spark \
+	  --deepseek ""
 
 serve: $(STAMP)
 	$(BIN)/engram-bench serve --device $(DEVICE) $(if $(PLACEMENT),--placement $(PLACEMENT)) \

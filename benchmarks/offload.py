@@ -9,7 +9,11 @@ natural-text outputs, 128/64 tokens by default) run round by round, every arm in
 drift of this machine spreads over all arms. A cold arm drops its table from the page cache
 before each of its rounds. Figures come from the server's own counters: kernel truth for
 disk bytes, faults and residency; the block device's stat file for IOPS and queue depth. The
-disk's own ceiling (4 KiB O_DIRECT random reads at queue depth 1 and 16) is probed first.
+disk's own ceiling (4 KiB O_DIRECT random reads at queue depth 1 and 16) is probed first;
+IOPS is shown over the level's wall time and over the time the disk was busy, and QD is the
+mean number of reads in flight. One ablation arm lets each missing page be read by its own
+page fault (queue depth 1), as a plain memory-mapped table is, against the default that asks
+for all of a gather's missing pages at once.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Arm:
     placement: str
     ratio: float | None = None  # nvme only
     state: str | None = None  # nvme only: cold | warm
+    page_reads: str = "parallel"  # nvme only: parallel (WILLNEED) | faults (queue depth 1)
 
     def server_args(self, preset: str, table_gib: float, max_running: int) -> list[str]:
         name = self.label.replace(" ", "_").replace("/", "-")
@@ -55,7 +60,7 @@ class Arm:
                 "--table-path", str(TABLES / f"{preset}-{table_gib:g}gib-{name}.bin")]
         if self.placement == "nvme":
             args += ["--io", "mmap", "--cache-ratio", f"{self.ratio:.6f}",
-                     "--cache-state", str(self.state)]
+                     "--cache-state", str(self.state), "--page-reads", self.page_reads]
         return args
 
 
@@ -63,9 +68,10 @@ def arms_for(preset: str) -> list[Arm]:
     nvme = [Arm(f"nvme {name} {state}", "nvme", ratio, state)
             for name, ratio in (("all", 1.0), ("spark", SPARK), ("1/32", 1 / 32))
             for state in ("cold", "warm")]
+    faults = Arm("nvme spark cold QD1", "nvme", SPARK, "cold", "faults")  # the ablation
     if preset == "deepseek-mini":  # the second geometry: fewer arms, C=1 and 8
         return [Arm("device", "device"), *[a for a in nvme if "spark" in a.label]]
-    return [Arm("device", "device"), Arm("host", "host"), *nvme]
+    return [Arm("device", "device"), Arm("host", "host"), *nvme, faults]
 
 
 @dataclass(slots=True)
@@ -95,7 +101,8 @@ class Cell:
 COUNTED = ("tokens", "decode_tokens", "steps", "step_ms", "compute_ms", "engram_wait_ms", "hash_ms",
            "sample_ms", "emit_ms", "gather_cpu_ms", "evict_cpu_ms", "disk_read_bytes",
            "page_faults_major", "page_faults_minor", "pages_requested", "blockdev_reads",
-           "blockdev_read_ms", "uptime_s", "prefill_gather_ms", "decode_gather_ms")
+           "blockdev_read_ms", "blockdev_busy_ms", "uptime_s", "prefill_gather_ms",
+           "decode_gather_ms")
 
 
 def probe_disk(path: Path, seconds: float = 1.0) -> dict[int, float]:
@@ -195,13 +202,15 @@ def report(preset: str, table_gib: float, arms: list[Arm], levels: list[int],
            cells: dict[tuple[str, int], Cell], tokens: int) -> None:
     print(f"\n{preset}, table {table_gib:g} GiB, {tokens} output tokens, natural text in and "
           f"out, prefetch on; spark ratio {SPARK:.3f}")
-    print(f"{'arm':<17}{'C':>3}{'TPS/req':>8}{'x dev':>7}{'stall':>7}{'disk B/tok':>11}"
-          f"{'majflt/tok':>11}{'IOPS':>7}{'QD':>6}{'hit':>7}{'resident/budget':>17}")
+    print(f"{'arm':<20}{'C':>3}{'TPS/req':>8}{'x dev':>7}{'stall':>7}{'disk B/tok':>11}"
+          f"{'majflt/tok':>11}{'IOPS':>7}{'busy IOPS':>10}{'QD':>6}{'hit':>7}"
+          f"{'resident/budget':>17}")
     for arm in arms:
         for c in levels:
             cell, device = cells[(arm.label, c)], cells[("device", c)]
             tps = statistics.fmean(cell.tps)
             iops = cell.per("blockdev_reads", "uptime_s")
+            busy = cell.per("blockdev_reads", "blockdev_busy_ms")
             qd = cell.per("blockdev_read_ms", "uptime_s")
             hit = None
             if cell.delta.get("pages_requested") and "disk_read_bytes" in cell.delta:
@@ -209,15 +218,16 @@ def report(preset: str, table_gib: float, arms: list[Arm], levels: list[int],
                           / cell.delta["pages_requested"])
             resident = (f"{cell.resident_max / 2**20:.0f}/{cell.budget / 2**20:.0f} MiB"
                         if cell.budget else "-")
-            print(f"{arm.label:<17}{c:>3}{tps:>8.1f}{tps / statistics.fmean(device.tps):>7.3f}"
+            print(f"{arm.label:<20}{c:>3}{tps:>8.1f}{tps / statistics.fmean(device.tps):>7.3f}"
                   f"{fmt(cell.per('engram_wait_ms', 'step_ms'), '>7.1%')}"
                   f"{fmt(cell.per('disk_read_bytes', 'tokens'), '>11,.0f')}"
                   f"{fmt(cell.per('page_faults_major', 'tokens'), '>11.2f')}"
-                  f"{fmt(iops, '>7,.0f')}{fmt(qd and qd / 1000, '>6.1f')}"
+                  f"{fmt(iops, '>7,.0f')}{fmt(busy and busy * 1000, '>10,.0f')}"
+                  f"{fmt(qd and qd / 1000, '>6.1f')}"
                   f"{fmt(hit, '>7.1%')}{resident:>17}")
     print("\nwhere step time goes (all levels; shares of engine step time, CPU of other "
           "threads per step):")
-    print(f"{'arm':<17}{'ms/step':>8}{'compute':>9}{'wait':>7}{'ids':>6}{'other':>7}"
+    print(f"{'arm':<20}{'ms/step':>8}{'compute':>9}{'wait':>7}{'ids':>6}{'other':>7}"
           f"{'gather CPU':>11}{'evict CPU':>10}{'minflt/tok':>11}")
     for arm in arms:
         total = Cell()
@@ -227,7 +237,7 @@ def report(preset: str, table_gib: float, arms: list[Arm], levels: list[int],
         step = total.delta.get("step_ms") or float("nan")
         share = {k: total.delta.get(k, 0.0) / step for k in
                  ("compute_ms", "engram_wait_ms", "hash_ms", "sample_ms", "emit_ms")}
-        print(f"{arm.label:<17}{fmt(total.per('step_ms', 'steps'), '>8.1f')}"
+        print(f"{arm.label:<20}{fmt(total.per('step_ms', 'steps'), '>8.1f')}"
               f"{share['compute_ms']:>9.1%}{share['engram_wait_ms']:>7.1%}"
               f"{share['hash_ms']:>6.1%}{share['sample_ms'] + share['emit_ms']:>7.1%}"
               f"{fmt(total.per('gather_cpu_ms', 'steps'), '>11.2f')}"
@@ -237,7 +247,7 @@ def report(preset: str, table_gib: float, arms: list[Arm], levels: list[int],
     for arm in arms:
         over = [c for c in levels
                 if (cells[(arm.label, c)].per("engram_wait_ms", "step_ms") or 0) > 0.05]
-        print(f"  {arm.label:<17} {over[0] if over else f'none up to {max(levels)}'}")
+        print(f"  {arm.label:<20} {over[0] if over else f'none up to {max(levels)}'}")
 
 
 def main() -> int:

@@ -10,32 +10,51 @@ from pathlib import Path
 from runners.profiles import PROFILES, UnknownDevice, profile
 
 
+class DefaultsHelp(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it is None or the help says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or "default" in text or action.default is None
+                or action.default is argparse.SUPPRESS):
+            return action.help
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="engram-bench serve", description=__doc__)
+    p = argparse.ArgumentParser(prog="engram-bench serve", description=__doc__,
+                                formatter_class=DefaultsHelp)
     p.add_argument("--device", default="cpu", help=f"device profile: {', '.join(PROFILES)}")
     p.add_argument("--placement", choices=("device", "host", "nvme"),
                    help="where the table lives (default: the profile's)")
-    p.add_argument("--io", choices=("mmap", "direct"), help="nvme I/O mode")
-    p.add_argument("--table-size-gb", type=float, default=2.0, help="table size in GiB")
-    p.add_argument("--table-path", type=Path)
+    p.add_argument("--io", choices=("mmap", "direct"),
+                   help="nvme I/O mode (default: the profile's)")
+    p.add_argument("--table-size-gb", "--table-gb", type=float, default=2.0,
+                   help="table size in GiB (--table-gb: the name `run` used)")
+    p.add_argument("--table-path", type=Path,
+                   help="table file (default: one per preset and size under results/tables)")
     p.add_argument("--memory-budget-gb", type=float,
                    help="memory the fit check allows the table (default: free RAM)")
     p.add_argument("--cache-ratio", type=float,
                    help="nvme: share of the table its cache may hold (default: the device's "
                         "published ratio, e.g. spark 8 GiB / 47.7 GiB = 0.168; 1 elsewhere)")
     p.add_argument("--page-cache-gb", type=float,
-                   help="nvme: the cache budget in GiB instead of a ratio")
+                   help="nvme: the cache budget in GiB instead of a ratio (default: none)")
     p.add_argument("--cache-state", choices=("cold", "warm"),
                    help="nvme: start with the table dropped from the page cache (cold, the "
                         "default) or with what the kernel holds, trimmed to the budget (warm)")
+    p.add_argument("--page-reads", choices=("parallel", "faults"), default="parallel",
+                   help="nvme mmap: read a gather's missing pages all at once (MADV_WILLNEED, "
+                        "the default) or let each fault read its page, one at a time")
     p.add_argument("--decode", choices=("sample", "replay"), default="sample",
                    help="replay: every step's logits are computed, the emitted token is the "
                         "next of a natural English text chosen by the prompt (default: sample)")
-    p.add_argument("--no-prefetch", action="store_true")
-    p.add_argument("--preset", default="qwen-mini")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key")
+    p.add_argument("--no-prefetch", action="store_true",
+                   help="gather a step's Engram rows at the layer, not before layer 0")
+    p.add_argument("--preset", default="qwen-mini", help="model preset")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--api-key", help="bearer token clients must send (default: none)")
     p.add_argument("--max-running", type=int, help="default: the profile's")
     p.add_argument("--threads", type=int,
                    help="CPU compute threads (default: all cores but one, which is left to the "
@@ -64,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             table_path=args.table_path, memory_budget_gib=args.memory_budget_gb,
             cache_ratio=prof.cache_ratio if args.cache_ratio is None else args.cache_ratio,
             page_cache_gib=args.page_cache_gb, cache_state=args.cache_state,
-            decode=args.decode,
+            decode=args.decode, page_reads=args.page_reads,
             max_running=args.max_running or prof.max_running_requests,
             prefetch=not args.no_prefetch,
         )

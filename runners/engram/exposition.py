@@ -52,6 +52,7 @@ COUNTERS: dict[str, str] = {
     "page_faults_minor": "minor page faults of this process (getrusage)",
     "blockdev_reads": "reads completed by the table's block device, all processes (sysfs)",
     "blockdev_read_ms": "time the table's block device spent on reads, summed per read (sysfs)",
+    "blockdev_busy_ms": "time the table's block device had any I/O in flight (sysfs)",
     "requests_finished": "requests finished",
     "requests_cancelled": "requests cancelled by their client",
 }
@@ -74,7 +75,8 @@ GAUGES: dict[str, str] = {
     "running_requests": "requests running",
 }
 
-LABELS = ("model", "device", "placement", "io_mode", "cache_state", "decode", "prefetch")
+LABELS = ("model", "device", "placement", "io_mode", "cache_state", "page_reads", "decode",
+          "prefetch")
 PER_LAYER = "engram_wait_ms_by_layer"
 
 

@@ -103,6 +103,7 @@ def mapping_rss_bytes(address: int) -> int | None:
 class BlockReads:
     reads: int  # completed read requests
     read_ms: int  # sum of the time each read spent in flight
+    busy_ms: int  # time the device had any I/O in flight
 
 
 def block_stat_path(path: str) -> str | None:
@@ -118,6 +119,6 @@ def block_reads(stat_path: str | None) -> BlockReads | None:
     try:
         with open(stat_path) as f:
             fields = f.read().split()
-        return BlockReads(reads=int(fields[0]), read_ms=int(fields[3]))
+        return BlockReads(reads=int(fields[0]), read_ms=int(fields[3]), busy_ms=int(fields[9]))
     except (OSError, ValueError, IndexError):
         return None

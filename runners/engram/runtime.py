@@ -20,6 +20,7 @@ from runners.engram.table_store import (
     CACHE_STATES,
     IO_MODES,
     PAGE,
+    PAGE_READS,
     PLACEMENTS,
     TableCacheError,
     TableStore,
@@ -47,6 +48,7 @@ class ServerOptions:
     page_cache_gib: float | None = None  # nvme: an absolute cache budget instead of the ratio
     cache_state: str | None = None  # nvme: cold (default) or warm at start
     decode: str = "sample"  # or replay: emit a natural text, logits still computed
+    page_reads: str = "parallel"  # nvme mmap: parallel (WILLNEED) or faults (one at a time)
     max_running: int = 8
     max_waiting: int = 256
     prefetch: bool = True
@@ -71,6 +73,8 @@ class ServerOptions:
             raise ServerConfigError(
                 f"--cache-state means nothing for --placement {self.placement}: the table is "
                 "read into memory at start; only nvme has a page cache to start cold or warm")
+        if self.page_reads not in PAGE_READS:
+            raise ServerConfigError(f"--page-reads must be one of {', '.join(PAGE_READS)}")
         if self.decode not in DECODE_MODES:
             raise ServerConfigError(f"--decode must be one of {', '.join(DECODE_MODES)}")
 
@@ -126,7 +130,7 @@ class Runtime:
         try:
             self.store: TableStore = open_store(self.table, options.placement, options.io_mode,
                                                 self.device, self.table_budget or 0,
-                                                self.cache_state or "cold")
+                                                self.cache_state or "cold", options.page_reads)
         except TableCacheError as exc:
             raise ServerConfigError(str(exc)) from None
         model = load_model(self.cfg, options.results_dir / "weights", self.device)
@@ -200,6 +204,8 @@ class Runtime:
             "placement": self.options.placement,
             "io_mode": self.options.io_mode if self.nvme else None,
             "cache_state": self.cache_state, "decode": self.options.decode,
+            "page_reads": (self.options.page_reads
+                           if self.nvme and self.options.io_mode == "mmap" else None),
             "prefetch": self.options.prefetch, "table_path": str(self.table.path),
             "uptime_s": time.monotonic() - self._started,
             "table_bytes": self.table.data_bytes, "table_budget_bytes": self.table_budget,
@@ -219,6 +225,7 @@ class Runtime:
             "disk_read_bytes": read, "page_faults_major": major, "page_faults_minor": minor,
             "blockdev_reads": block.reads if block else None,
             "blockdev_read_ms": block.read_ms if block else None,
+            "blockdev_busy_ms": block.busy_ms if block else None,
             **self.store.residency(),
             "bytes_requested_per_token": per_token(t["bytes_requested"]),
             "disk_read_bytes_per_token": per_token(disk_since),

@@ -34,6 +34,7 @@ from runners.engram.table_file import TableFile
 PLACEMENTS = ("device", "host", "nvme")
 IO_MODES = ("mmap", "direct")
 CACHE_STATES = ("cold", "warm")
+PAGE_READS = ("parallel", "faults")  # nvme mmap: how a gather's missing pages are read
 PHASES = ("prefill", "decode")
 PAGE = 4096
 Fetched = tuple[torch.Tensor, "torch.cuda.Event | None"]  # unique rows, copy-done event
@@ -276,8 +277,9 @@ class MmapTable(TableStore):
     SAMPLE_S = 0.2  # mincore sampling period while gathers run
 
     def __init__(self, table: TableFile, device: torch.device, budget_bytes: int,
-                 cache_state: str = "cold") -> None:
+                 cache_state: str = "cold", page_reads: str = "parallel") -> None:
         super().__init__(table, device)
+        self._parallel = page_reads == "parallel"
         self._file = open(table.path, "rb")  # noqa: SIM115 (lives as long as the mapping)
         self._fd = self._file.fileno()
         self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
@@ -330,9 +332,10 @@ class MmapTable(TableStore):
             if self._lru.held_pages > self.HIGH * budget:
                 self._wake.set()
         self.counters.add(pages_requested=pages.size)
-        starts, lengths = kernel.page_ranges(new)
-        kernel.madvise_ranges(self._base, starts, lengths, kernel.MADV_WILLNEED)
-        rows = self._values[unique]  # the copy faults; the reads asked for above overlap
+        if self._parallel:  # all missing pages asked for at once: their reads overlap
+            starts, lengths = kernel.page_ranges(new)
+            kernel.madvise_ranges(self._base, starts, lengths, kernel.MADV_WILLNEED)
+        rows = self._values[unique]  # else each missing page is a major fault, one at a time
         if self._scales is not None:
             rows = np.concatenate([rows, self._scales[unique]], axis=1)
         return torch.from_numpy(rows).to(self.device), None
@@ -444,7 +447,8 @@ class MmapTable(TableStore):
 
 
 def open_store(table: TableFile, placement: str, io_mode: str, device: torch.device,
-               budget_bytes: int, cache_state: str = "cold") -> TableStore:
+               budget_bytes: int, cache_state: str = "cold",
+               page_reads: str = "parallel") -> TableStore:
     if placement == "device":
         return DeviceTable(table, device)
     if placement == "host":
@@ -452,5 +456,5 @@ def open_store(table: TableFile, placement: str, io_mode: str, device: torch.dev
     if placement == "nvme":
         if io_mode == "direct":
             return DirectTable(table, device, cache_bytes=budget_bytes)
-        return MmapTable(table, device, budget_bytes, cache_state)
+        return MmapTable(table, device, budget_bytes, cache_state, page_reads)
     raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}")

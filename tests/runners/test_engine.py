@@ -71,8 +71,9 @@ def run(parts, store, prompts=PROMPTS, params=GREEDY, model=None, **engine_optio
     return [results[i] for i in range(len(prompts))], engine.stats
 
 
-def generate(parts, placement, io="mmap", **options):
-    store = open_store(parts[2], placement, io, CPU, budget_bytes=256 * 1024)
+def generate(parts, placement, io="mmap", ratio=None, state="cold", **options):
+    budget = int(parts[2].data_bytes * ratio) if ratio else 256 * 1024
+    store = open_store(parts[2], placement, io, CPU, budget_bytes=budget, cache_state=state)
     try:
         outputs, stats = run(parts, store, **options)
         return outputs, store.counters.snapshot(), stats
@@ -137,10 +138,13 @@ def test_greedy_outputs_are_bit_identical_across_placements(build, name):
     parts = build(name)
     reference, _, _ = generate(parts, "device")
     assert all(len(t) == 10 and r == "length" for t, r in reference)
-    for placement, io, prefetch in [("host", "mmap", True), ("nvme", "mmap", True),
-                                    ("nvme", "direct", True), ("nvme", "mmap", False)]:
-        got, _, _ = generate(parts, placement, io, prefetch=prefetch)
-        assert got == reference, (placement, io, prefetch)
+    for placement, io, prefetch, ratio, state in [
+            ("host", "mmap", True, None, "cold"), ("nvme", "mmap", True, None, "cold"),
+            ("nvme", "direct", True, None, "cold"), ("nvme", "mmap", False, None, "cold"),
+            ("nvme", "mmap", True, 1 / 32, "cold"), ("nvme", "mmap", True, 1 / 6, "warm"),
+            ("nvme", "mmap", True, 1.0, "warm")]:
+        got, _, _ = generate(parts, placement, io, ratio, state, prefetch=prefetch)
+        assert got == reference, (placement, io, prefetch, ratio, state)
 
 
 def test_bytes_per_token_is_the_engram_geometry_values_and_scales(build):
@@ -210,15 +214,20 @@ def test_replay_emits_natural_text_with_the_same_logits_on_every_placement(build
                tok.encode("What is a generator?")]
     params = SamplingParams(max_tokens=12)  # EOS allowed: replay never emits it
     runs = []
-    for placement in ("device", "host"):
+    for placement, io, ratio, state in [("device", "mmap", None, "cold"),
+                                        ("host", "mmap", None, "cold"),
+                                        ("nvme", "mmap", 1 / 32, "cold"),
+                                        ("nvme", "mmap", 1 / 6, "warm"),
+                                        ("nvme", "direct", 1 / 32, "cold")]:
         recording = Recording(parts[3])
-        outputs, _, _ = generate(parts, placement, prompts=prompts, params=params,
-                                 model=recording, decode="replay")
+        outputs, _, _ = generate(parts, placement, io, ratio, state, prompts=prompts,
+                                 params=params, model=recording, decode="replay")
         runs.append((outputs, recording.logits))
-    (outputs, logits), (other_outputs, other_logits) = runs
-    assert outputs == other_outputs
-    assert len(logits) == len(other_logits)
-    assert all(torch.equal(a, b) for a, b in zip(logits, other_logits, strict=True))
+    (outputs, logits), *others = runs
+    for other_outputs, other_logits in others:
+        assert outputs == other_outputs
+        assert len(logits) == len(other_logits)
+        assert all(torch.equal(a, b) for a, b in zip(logits, other_logits, strict=True))
     assert all(len(tokens) == 12 and reason == "length" for tokens, reason in outputs)
     texts = [tok.decode(tokens) for tokens, _ in outputs]
     corpus = text() + text()  # a replay may wrap around the end

@@ -121,3 +121,25 @@ def test_a_scaled_row_is_two_reads_in_two_regions(tmp_path, monkeypatch):
         device.close()
     finally:
         mapped.close()
+
+
+@pytest.mark.parametrize("page_reads", ["parallel", "faults"])
+def test_missing_pages_are_read_in_parallel_or_by_their_own_faults(tmp_path, page_reads):
+    """parallel: the reads are asked for up front, so the copy finds them and faults minor;
+    faults: every missing page is a major fault (queue depth 1), as in a plain mmap'd table."""
+    geometry, table = written_table(tmp_path, QWEN, 8)
+    store = open_store(table, "nvme", "mmap", CPU, table.data_bytes, "cold", page_reads)
+    try:
+        major = kernel.page_faults()[0]
+        read = kernel.disk_read_bytes()
+        store.submit(geometry.row_ids(np.arange(1, 200, 3), 60)).wait()
+        pages = store.counters.snapshot()["pages_requested"]
+        faults = kernel.page_faults()[0] - major
+        if page_reads == "faults":
+            assert faults >= pages // 2
+        else:
+            assert faults < pages // 2
+        if read is not None:
+            assert kernel.disk_read_bytes() - read >= pages // 2 * 4096
+    finally:
+        store.close()
