@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -17,7 +18,14 @@ from pathlib import Path
 from rich.console import Console
 
 from harness import aio
-from harness.config import DEFAULT_LEVELS, MODES, ConfigError, RunConfig, parse_levels
+from harness.config import (
+    DEFAULT_LEVELS,
+    MAX_TEMPERATURE,
+    MODES,
+    ConfigError,
+    RunConfig,
+    parse_levels,
+)
 from harness.endpoint import API_PATHS, Endpoint, EndpointError
 from harness.metrics import STATISTICS, Targets, stats_by_level
 from harness.prompts import BUILTIN, PromptFileError, load
@@ -42,6 +50,18 @@ EXIT_ABORTED = 130
 
 class UserError(Exception):
     """Anything the user can fix; printed as one sentence, exit 2."""
+
+
+class DefaultsHelp(argparse.HelpFormatter):
+    """Every option's help ends with its default; an option whose default is None or whose
+    help already says what happens by default is left as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or "default" in text or action.default is None
+                or action.default is argparse.SUPPRESS):
+            return action.help
+        return f"{text} (default: %(default)s)"
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -71,78 +91,140 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _temperature(text: str) -> float:
+    if not 0 <= (value := _number(text)) <= MAX_TEMPERATURE:
+        raise argparse.ArgumentTypeError(
+            f"must be a number from 0 to {MAX_TEMPERATURE:g}, not {text!r}")
+    return value
+
+
+def _existing_file(text: str) -> str:
+    """An absolute path (a resumed run may start elsewhere) to a file that exists."""
+    path = Path(text).expanduser().resolve()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return str(path)
+
+
 def _add_target_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tps-min", type=float, default=20.0, help="TPS per request target")
     p.add_argument("--ttft-max-ms", type=float, default=1000.0, help="TTFT target in ms")
     p.add_argument("--statistic", choices=STATISTICS, default="mean",
                    help="mean, or pNN: TTFT at pNN and TPS at p(100-NN)")
-    p.add_argument("--chat-factor", type=float, default=4.0)
-    p.add_argument("--agentic-factor", type=float, default=1.5)
+    p.add_argument("--chat-factor", type=float, default=4.0, help="chat users per Max C")
+    p.add_argument("--agentic-factor", type=float, default=1.5,
+                   help="agentic users per Max C")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_connection_flags(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="S",
+                     help="seconds to open a connection (TCP and TLS)")
+    run.add_argument("--stall-timeout", type=_positive_float, default=60.0, metavar="S",
+                     help="seconds the stream may go silent between two chunks after the "
+                          "first; the wait for the first byte (queueing) is bounded only by "
+                          "--request-timeout")
+    run.add_argument("--request-timeout", "--timeout", type=_positive_float, default=600.0,
+                     metavar="S", help="seconds for a whole request, from send to the last "
+                                       "byte (--timeout is the old name)")
+    tls = run.add_mutually_exclusive_group()
+    tls.add_argument("--ca-bundle", type=_existing_file, metavar="FILE",
+                     help="PEM file of the CAs that signed an https server's certificate "
+                          "(default: the system's CAs)")
+    tls.add_argument("--insecure", action="store_true",
+                     help="https without certificate checks")
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="sweep a server through concurrency levels")
+    run.add_argument("--url", help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (default: "
+                     "none, --device starts the bundled server)")
+    run.add_argument("--model", help="model name (default: the server's first model)")
+    run.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY)")
+    run.add_argument("--api", choices=tuple(API_PATHS), default="chat",
+                     help="chat: /chat/completions; completions: /completions")
+    run.add_argument("--device", help=f"device profile: {', '.join(PROFILES)}; without --url "
+                     "the bundled server is started as that device would hold its table "
+                     "(default: none)")
+    run.add_argument("--placement", help="table placement: of the bundled server, or a label "
+                     "for --url (default: the device's)")
+    run.add_argument("--io", choices=("mmap", "direct"),
+                     help="bundled server: nvme I/O mode (default: the device's)")
+    run.add_argument("--table-size-gb", "--table-gb", type=_positive_float, metavar="G",
+                     help="bundled server: table size in GiB (default: the server's, 2; "
+                          "--table-gb is the old name)")
+    run.add_argument("--preset", default="qwen-mini", help="bundled server: model preset")
+    run.add_argument("--cache-ratio", type=_cache_ratio, metavar="R",
+                     help="bundled server: share of the table the page cache may hold, in "
+                          "(0, 1] (default: the device's)")
+    run.add_argument("--page-cache-gb", type=_positive_float, metavar="G",
+                     help="bundled server: page-cache budget for the table in GiB (default: "
+                          "from --cache-ratio)")
+    run.add_argument("--cache-state", choices=("cold", "warm"),
+                     help="bundled server: table start state (default: the server's, cold on "
+                          "nvme)")
+    run.add_argument("--decode", choices=("sample", "replay"),
+                     help="bundled server: output tokens (default: replay, a natural token "
+                          "stream)")
+    run.add_argument("--engine", help="engine label (default: detected)")
+    run.add_argument("--levels", type=_levels,
+                     help="concurrency levels, e.g. 1,2,4,8 (default: the device's, else "
+                          f"{','.join(map(str, DEFAULT_LEVELS))})")
+    run.add_argument("--rounds", type=positive_int, default=10, help="requests per worker "
+                     "and level")
+    run.add_argument("--mode", choices=MODES, default="closed",
+                     help="closed: C workers back to back; burst: C requests at once, per round")
+    run.add_argument("--input-tokens", type=positive_int, default=128,
+                     help="prompt tokens to calibrate to")
+    run.add_argument("--output-tokens", type=positive_int, default=128,
+                     help="output tokens per request (max_tokens)")
+    run.add_argument("--temperature", type=_temperature, default=0.0,
+                     help=f"sampling temperature sent with every request, 0 to "
+                          f"{MAX_TEMPERATURE:g}")
+    _add_connection_flags(run)
+    run.add_argument("--warmup", type=int, default=0, help="unstored requests before the sweep")
+    run.add_argument("--seed", type=int, default=0, help="seed of the prompts")
+    run.add_argument("--prompts", metavar="words|text|FILE",
+                     help="words: random common words (default with --url); text: natural prose "
+                     "(default for the bundled server); FILE: .jsonl prompts sent at their own "
+                     "lengths ({\"prompt\"}, {\"messages\"} or ShareGPT {\"conversations\"}), "
+                     "or a text file cut like text")
+    run.add_argument("--label", default="", help="free text stored with the run (default: none)")
+    run.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
+    run.add_argument("--resume", metavar="RUN_ID",
+                     help="run only the missing rounds of a run (default: a new run)")
+    run.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    _add_target_flags(run)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="engram-bench",
+        prog="engram-bench", formatter_class=DefaultsHelp,
         description="Concurrency sweeps of OpenAI-compatible servers, stored in DuckDB.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="sweep a server through concurrency levels")
-    run.add_argument("--url", help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
-    run.add_argument("--model", help="model name (default: the server's first model)")
-    run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
-    run.add_argument("--api", choices=tuple(API_PATHS), default="chat")
-    run.add_argument("--device", help=f"device profile: {', '.join(PROFILES)}; without --url "
-                     "the bundled server is started as that device would hold its table")
-    run.add_argument("--placement", default="",
-                     help="table placement: of the bundled server, or a label for --url")
-    run.add_argument("--io", choices=("mmap", "direct"), help="bundled server: nvme I/O mode")
-    run.add_argument("--table-gb", type=float, help="bundled server: table size in GiB")
-    run.add_argument("--preset", default="qwen-mini", help="bundled server: model preset")
-    run.add_argument("--cache-ratio", type=_cache_ratio, metavar="R",
-                     help="bundled server: share of the table the page cache may hold, in (0, 1]")
-    run.add_argument("--page-cache-gb", type=_positive_float, metavar="G",
-                     help="bundled server: page-cache budget for the table in GiB")
-    run.add_argument("--cache-state", choices=("cold", "warm"),
-                     help="bundled server: table start state (server default: cold on nvme)")
-    run.add_argument("--decode", choices=("sample", "replay"),
-                     help="bundled server: output tokens (default replay: a natural token stream)")
-    run.add_argument("--engine", default="", help="engine label (default: detected)")
-    run.add_argument("--levels", type=_levels, help="concurrency levels, e.g. 1,2,4,8")
-    run.add_argument("--rounds", type=positive_int, default=10)
-    run.add_argument("--mode", choices=MODES, default="closed")
-    run.add_argument("--input-tokens", type=positive_int, default=128)
-    run.add_argument("--output-tokens", type=positive_int, default=128)
-    run.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
-    run.add_argument("--warmup", type=int, default=0, help="unstored requests before the sweep")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--prompts", metavar="words|text|FILE",
-                     help="words: random common words (default with --url); text: natural prose "
-                     "(default for the bundled server); FILE: .jsonl prompts sent at their own "
-                     "lengths ({\"prompt\"}, {\"messages\"} or ShareGPT {\"conversations\"}), or "
-                     "a text file cut like text")
-    run.add_argument("--label", default="")
-    run.add_argument("--db", type=Path, default=DEFAULT_DB)
-    run.add_argument("--resume", metavar="RUN_ID", help="run only the missing rounds of a run")
-    run.add_argument("--no-progress", action="store_true")
-    _add_target_flags(run)
+    sub = parser.add_subparsers(dest="command", required=True,
+                                parser_class=functools.partial(argparse.ArgumentParser,
+                                                               formatter_class=DefaultsHelp))
+    _add_run_parser(sub)
 
     summary = sub.add_parser("summary", help="per-level table, Max C and users of a run")
-    summary.add_argument("run_id", nargs="?", default="latest")
-    summary.add_argument("--db", type=Path, default=DEFAULT_DB)
+    summary.add_argument("run_id", nargs="?", default="latest",
+                         help="a run id (default: latest, the newest run)")
+    summary.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
     _add_target_flags(summary)
 
     cap = sub.add_parser("capacity", help="apply the capacity rules to a per-level CSV")
     cap.add_argument("--csv", type=Path, required=True,
-                     help="columns run, concurrency, mean_ttft_ms, mean_tps [, errors]")
+                     help="columns run, concurrency, mean_ttft_ms, mean_tps [, errors], or the "
+                          "columns of the --statistic judged (an export's levels file has all)")
     _add_target_flags(cap)
 
     export = sub.add_parser("export", help="write per-level and per-request files")
-    export.add_argument("--run", dest="run_id", help="one run id or 'latest' (default: all)")
-    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
-    export.add_argument("--out", type=Path, default=Path("results/exports"))
-    export.add_argument("--db", type=Path, default=DEFAULT_DB)
+    export.add_argument("--run", dest="run_id",
+                        help="one run id or 'latest' (default: all runs)")
+    export.add_argument("--format", choices=("csv", "parquet"), default="csv", help="file type")
+    export.add_argument("--out", type=Path, default=Path("results/exports"), help="folder")
+    export.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
 
     runner_commands.add_parsers(sub)
     sub.add_parser("serve", help="start the bundled Engram server (see `serve --help`)",
@@ -161,7 +243,7 @@ def _targets(args: argparse.Namespace) -> Targets:
 def bundled_server_args(args: argparse.Namespace, device: str, placement: str) -> tuple[str, ...]:
     """`engram-bench serve` flags for a bundled run; its decode defaults to replay here, and
     flags left unset are not passed, so the server's own defaults hold."""
-    optional = (("--io", args.io), ("--table-size-gb", args.table_gb),
+    optional = (("--io", args.io), ("--table-size-gb", args.table_size_gb),
                 ("--cache-ratio", args.cache_ratio), ("--page-cache-gb", args.page_cache_gb),
                 ("--cache-state", args.cache_state), ("--decode", args.decode or "replay"))
     return ("--device", device, "--preset", args.preset, "--placement", placement,
@@ -186,7 +268,7 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
             config = replace(config, url=args.url, server_args=())
         return config, run["run_id"]
     levels = args.levels or DEFAULT_LEVELS
-    placement = args.placement
+    placement = args.placement or ""
     server_args: tuple[str, ...] = ()
     if not args.url:
         if not args.device:
@@ -199,8 +281,11 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api, levels=levels,
         rounds=args.rounds, mode=args.mode, input_tokens=args.input_tokens,
-        output_tokens=args.output_tokens, timeout_s=args.timeout, warmup=args.warmup,
-        seed=args.seed, label=args.label, device=args.device or "", engine=args.engine,
+        output_tokens=args.output_tokens, temperature=args.temperature,
+        request_timeout_s=args.request_timeout, connect_timeout_s=args.connect_timeout,
+        stall_timeout_s=args.stall_timeout, ca_bundle=args.ca_bundle or "",
+        insecure=args.insecure, warmup=args.warmup, seed=args.seed, label=args.label,
+        device=args.device or "", engine=args.engine or "",
         table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
     )
     return config, None
@@ -220,11 +305,14 @@ def _target(config: RunConfig, console: Console) -> Iterator[str]:
         yield server.url
 
 
-def _interrupt_on_sigterm() -> None:
-    """`kill` of a bench behaves like Ctrl-C: the run is marked aborted, the server stopped."""
+def _handle_interrupts() -> None:
+    """Ctrl-C works whatever the process inherited (a background job of a non-interactive
+    shell starts with SIGINT ignored), and `kill` of a bench behaves like Ctrl-C: the run is
+    marked aborted, the server stopped."""
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, handler)
 
 
@@ -232,6 +320,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from harness.progress import LevelProgress
     from harness.session import execute, new_run_id
 
+    _handle_interrupts()
     targets = _targets(args)
     store = Store(args.db)
     store.initialise()
@@ -240,11 +329,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     run_id = resume_id or new_run_id()
     progress = LevelProgress(enabled=not args.no_progress)
     status = Console(stderr=True)
-    _interrupt_on_sigterm()
     try:
         with _target(config, status) as url:
             config = replace(config, url=url)
-            endpoint = Endpoint(config.url, config.api, args.api_key)
+            endpoint = Endpoint(config.url, config.api,
+                                args.api_key or os.environ.get("OPENAI_API_KEY"),
+                                ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
+                                insecure=config.insecure)
             aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id),
                             prompts=prompts))
     except KeyboardInterrupt:
@@ -273,7 +364,8 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_capacity(args: argparse.Namespace, console: Console) -> int:
-    result = capacity_object(read_level_csv(args.csv), _targets(args))
+    targets = _targets(args)
+    result = capacity_object(read_level_csv(args.csv, targets.statistic), targets)
     if args.json:
         print(json.dumps(result))
     else:

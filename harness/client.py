@@ -1,26 +1,35 @@
 """Streaming completion client on raw asyncio transports, built for timing accuracy.
 
-Why not httpx: on loopback a generic client adds 10-30 ms of TTFT bias (headers and body in
-two writes meet Nagle and delayed ACK) and ~100 us of CPU per chunk. Here the request goes out
-in one write on a pre-opened TCP_NODELAY connection, and every chunk is timestamped in
-`data_received`, before any coroutine is scheduled.
+Why not httpx: on loopback, a request whose headers and body leave in two writes can stall
+40 ms (Nagle + delayed ACK, DESIGN.md), and a generic client spends more CPU per chunk. Here
+the request goes out in one write on a pre-opened TCP_NODELAY connection, and every chunk is
+timestamped in `data_received`, before any coroutine is scheduled.
+
+One route: the control-plane calls (`get`, used by target.py) run on these same connections,
+so the pre-flight check and the sweep share TLS settings and neither uses a proxy (see
+endpoint.check_proxies).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import ssl
 import time
+from dataclasses import dataclass
 from typing import cast
 
 from harness.completion_stream import CompletionStream, StreamFault
-from harness.endpoint import Endpoint
+from harness.endpoint import Endpoint, check_proxies
 from harness.http1 import ProtocolError, ResponseParser
 from harness.records import RequestRecord
 from harness.sse import SSEDecoder
 
 _ERROR_BODY_LIMIT = 4096
+_PREVIEW_CHARS = 200  # of a 2xx body that is not an event stream, in its error message
+_GET_BODY_LIMIT = 16 * 1024 * 1024
 
 
 class Clock:
@@ -36,18 +45,47 @@ class Clock:
         return self.anchor_wall + (ns - self.anchor_ns) / 1e9
 
 
+class WireError(Exception):
+    """A control-plane request failed; `kind` is one of records.ERROR_KINDS."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(slots=True, frozen=True)
+class Response:
+    """A whole (non-streamed) answer; header names are lower case."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
 class _Exchange:
-    """One request/response on a connection; resolves `future` exactly once."""
+    """One request/response on a connection; resolves `future` exactly once.
 
-    __slots__ = ("end_ns", "error", "error_body", "future", "parser", "received", "sse", "stream")
+    `events` is None until the final head arrives, then whether the body is an event stream
+    (decoded as it arrives) or a body to keep (up to `body_limit` bytes, for messages).
+    """
 
-    def __init__(self, future: asyncio.Future[None]) -> None:
+    __slots__ = (
+        "body", "body_limit", "end_ns", "error", "events", "future", "parser", "received", "sse",
+        "stream",
+    )
+
+    def __init__(
+        self, future: asyncio.Future[None], events: bool | None = None,
+        body_limit: int = _ERROR_BODY_LIMIT,
+    ) -> None:
         self.future = future
         self.parser = ResponseParser()
         self.sse = SSEDecoder()
         self.stream = CompletionStream()
+        self.events = events
+        self.body = bytearray()
+        self.body_limit = body_limit
         self.error: tuple[str, str] | None = None
-        self.error_body = bytearray()
         self.received = False
         self.end_ns = 0
 
@@ -66,7 +104,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.exchange: _Exchange | None = None
         self.closed = False
-        self.used = False
+        self.pooled = False  # it waited idle in a pool, where the server may have closed it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
@@ -77,7 +115,6 @@ class _Connection(asyncio.Protocol):
     def send(self, exchange: _Exchange, data: bytes) -> int:
         """Write the whole request in one call; returns the send time in ns."""
         self.exchange = exchange
-        self.used = True
         assert self.transport is not None
         sent_ns = time.perf_counter_ns()
         self.transport.write(data)
@@ -92,13 +129,16 @@ class _Connection(asyncio.Protocol):
         ex.received = True
         try:
             body = ex.parser.feed(data)
-            if ex.parser.status >= 300 or (0 < ex.parser.status < 200):
-                ex.error_body += body[: _ERROR_BODY_LIMIT - len(ex.error_body)]
-            elif body:
-                for payload in ex.sse.feed(body):
-                    ex.stream.add(payload, now_ns)
-                    if ex.stream.saw_done:
-                        break
+            if ex.events is None and ex.parser.status:
+                ex.events = _is_event_stream(ex.parser)
+            if body:
+                if ex.events:
+                    for payload in ex.sse.feed(body):
+                        ex.stream.add(payload, now_ns)
+                        if ex.stream.saw_done:
+                            break
+                else:
+                    ex.body += body[: ex.body_limit - len(ex.body)]
         except ProtocolError as exc:
             self.abort()
             ex.finish(("malformed", f"invalid HTTP response: {exc}"))
@@ -131,16 +171,26 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+def _is_event_stream(parser: ResponseParser) -> bool:
+    media_type = parser.headers.get("content-type", "").split(";", 1)[0]
+    return 200 <= parser.status < 300 and media_type.strip().lower() == "text/event-stream"
+
+
 class ConnectionPool:
-    """Keep-alive connections to one endpoint, opened ahead of a level's clock."""
+    """Keep-alive connections to one endpoint, opened ahead of a level's clock.
+
+    EndpointError at construction when a proxy variable would apply to the endpoint.
+    """
 
     def __init__(self, endpoint: Endpoint, connect_timeout: float = 10.0) -> None:
+        check_proxies(endpoint, os.environ)
         self.endpoint = endpoint
         self.connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
         self._ssl = endpoint.ssl_context()
 
     async def _open(self) -> _Connection:
+        """TimeoutError past `connect_timeout` (TCP and TLS handshake together), else OSError."""
         loop = asyncio.get_running_loop()
         _, protocol = await asyncio.wait_for(
             loop.create_connection(
@@ -151,16 +201,25 @@ class ConnectionPool:
         return protocol
 
     async def warm(self, count: int) -> None:
-        """Open connections until `count` are idle, so no request pays for a handshake."""
+        """Open connections until `count` are idle, so no request pays for a handshake.
+
+        Best effort: a connection that fails to open is left for the request that needs it
+        to open again, and to record the failure as its own error.
+        """
         self._idle = [c for c in self._idle if not c.closed]
         missing = count - len(self._idle)
         if missing > 0:
-            self._idle += await asyncio.gather(*(self._open() for _ in range(missing)))
+            opened = await asyncio.gather(
+                *(self._open() for _ in range(missing)), return_exceptions=True
+            )
+            self._idle += [c for c in opened if isinstance(c, _Connection)]
 
-    async def acquire(self) -> _Connection:
-        while self._idle:
+    async def acquire(self, fresh: bool = False) -> _Connection:
+        """An idle connection, or a new one (always new when `fresh`)."""
+        while self._idle and not fresh:
             conn = self._idle.pop()
             if not conn.closed:
+                conn.pooled = True
                 return conn
         return await self._open()
 
@@ -174,12 +233,55 @@ class ConnectionPool:
         self._idle.clear()
 
 
+class _Watchdog:
+    """Ends an exchange at the request deadline, or when tokens stop for `stall_s` after the
+    first one. The stall timer is re-armed lazily from the last token's time, so a chunk
+    costs nothing; the wait for the first token (queueing) is bounded by the deadline only.
+    """
+
+    __slots__ = ("_conn", "_ex", "_loop", "_request", "_stall", "_stall_s")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, conn: _Connection, ex: _Exchange,
+        deadline: float, request_timeout: float, stall_s: float | None,
+    ) -> None:
+        self._loop = loop
+        self._conn = conn
+        self._ex = ex
+        self._stall_s = stall_s
+        message = f"no complete response within {request_timeout:g} s (request timeout)"
+        self._request = loop.call_at(deadline, self._expire, "request_timeout", message)
+        self._stall = loop.call_later(stall_s, self._check_stall) if stall_s else None
+
+    def _check_stall(self) -> None:
+        assert self._stall_s is not None
+        stream = self._ex.stream
+        wait_s = self._stall_s
+        if stream.chunks:
+            left_ns = stream.last_ns + int(self._stall_s * 1e9) - time.perf_counter_ns()
+            if left_ns <= 0:
+                self._expire("stall_timeout", f"no token for {self._stall_s:g} s after token "
+                             f"chunk {stream.chunks} (stall timeout)")
+                return
+            wait_s = left_ns / 1e9
+        self._stall = self._loop.call_later(wait_s, self._check_stall)
+
+    def _expire(self, kind: str, message: str) -> None:
+        self._conn.abort()
+        self._ex.finish((kind, message))
+
+    def cancel(self) -> None:
+        self._request.cancel()
+        if self._stall is not None:
+            self._stall.cancel()
+
+
 def build_request(endpoint: Endpoint, payload: dict, request_id: str) -> bytes:
     """The whole HTTP request as one buffer, so it leaves in a single write."""
     body = json.dumps(payload, separators=(",", ":")).encode()
     headers = [
         f"POST {endpoint.completion_path} HTTP/1.1",
-        f"Host: {endpoint.host}:{endpoint.port}",
+        f"Host: {endpoint.authority}",
         "Content-Type: application/json",
         "Accept: text/event-stream",
         "Accept-Encoding: identity",
@@ -195,36 +297,79 @@ async def stream_completion(
     request: bytes,
     record: RequestRecord,
     clock: Clock,
-    timeout: float,
+    request_timeout: float,
+    stall_timeout: float | None = None,
 ) -> RequestRecord:
-    """Send one prepared request and fill `record` with what the stream showed."""
+    """Send one prepared request and fill `record` with what the stream showed.
+
+    `request_timeout` bounds the whole request; `stall_timeout` (None: off) the gap between
+    tokens after the first. A pooled keep-alive connection that closes before any byte of the
+    answer (the server's idle timeout met the request) is re-sent once on a fresh connection,
+    and `record.retried` keeps the first error's kind: a server that crashes on receipt of
+    every request shows as that, never as healthy.
+    """
     loop = asyncio.get_running_loop()
+    deadline = loop.time() + request_timeout
     for attempt in (0, 1):
         try:
-            conn = await pool.acquire()
-        except (TimeoutError, OSError) as exc:
+            conn = await pool.acquire(fresh=attempt == 1)
+        except OSError as exc:  # TimeoutError included
             record.sent_at = clock.wall(time.perf_counter_ns())
-            record.error_kind = "connect_error"
-            record.error_message = _describe(exc) or "connection timed out"
+            record.error_kind, record.error_message = _connect_failure(exc, pool.connect_timeout)
             return record
-        reused = conn.used
         exchange = _Exchange(loop.create_future())
         sent_ns = conn.send(exchange, request)
-        timer = loop.call_later(
-            timeout, exchange.finish, ("timeout", f"no end of stream after {timeout:g} s")
-        )
-        await exchange.future
-        timer.cancel()
-        if exchange.error is not None and exchange.error[0] == "timeout":
-            conn.abort()
-        # A reused keep-alive connection the server closed while idle: retry once, fresh.
-        stale = exchange.error is not None and exchange.error[0] == "dropped"
-        if stale and reused and not exchange.received and attempt == 0:
+        await _wait(conn, exchange, _Watchdog(
+            loop, conn, exchange, deadline, request_timeout, stall_timeout))
+        error = exchange.error
+        stale = (error is not None and error[0] == "dropped" and conn.pooled
+                 and not exchange.received)
+        if stale and attempt == 0:
+            record.retried = "dropped"
             continue
         pool.release(conn)
         break
     _fill(record, exchange, clock, sent_ns, exchange.end_ns)
+    if record.retried and record.error_message:
+        record.error_message += f" (on the re-send; the first attempt ended {record.retried})"
     return record
+
+
+async def get(endpoint: Endpoint, path: str, timeout: float) -> Response:
+    """GET `path` on a fresh connection like the sweep's, for control-plane calls.
+
+    `timeout` bounds the connect and the whole request; WireError says what failed.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pool = ConnectionPool(endpoint, connect_timeout=timeout)
+    try:
+        conn = await pool.acquire()
+    except OSError as exc:
+        raise WireError(*_connect_failure(exc, timeout)) from None
+    headers = [f"GET {path} HTTP/1.1", f"Host: {endpoint.authority}", "Accept: */*",
+               "Accept-Encoding: identity", "Connection: close"]
+    headers += [f"{k}: {v}" for k, v in endpoint.auth_headers().items()]
+    exchange = _Exchange(loop.create_future(), events=False, body_limit=_GET_BODY_LIMIT)
+    conn.send(exchange, ("\r\n".join(headers) + "\r\n\r\n").encode())
+    try:
+        await _wait(conn, exchange, _Watchdog(loop, conn, exchange, deadline, timeout, None))
+    finally:
+        conn.abort()
+    if exchange.error is not None:
+        raise WireError(*exchange.error)
+    return Response(exchange.parser.status, exchange.parser.headers, bytes(exchange.body))
+
+
+async def _wait(conn: _Connection, exchange: _Exchange, watchdog: _Watchdog) -> None:
+    """Await the exchange; a cancelled wait leaves no open connection or timer behind."""
+    try:
+        await exchange.future
+    except asyncio.CancelledError:
+        conn.abort()
+        raise
+    finally:
+        watchdog.cancel()
 
 
 def _fill(
@@ -251,7 +396,10 @@ def _fill(
         record.error_kind, record.error_message = ex.error
     elif not 200 <= status < 300:
         record.error_kind = "http_error"
-        record.error_message = _error_message(status, bytes(ex.error_body))
+        record.error_message = _error_message(status, bytes(ex.body))
+    elif not ex.events:
+        record.error_kind = "malformed"
+        record.error_message = _not_a_stream(ex.parser, bytes(ex.body))
 
 
 def _error_message(status: int, body: bytes) -> str:
@@ -268,6 +416,27 @@ def _error_message(status: int, body: bytes) -> str:
         if error:
             text = str(error)
     return f"HTTP {status}: {text[:300]}" if text else f"HTTP {status}"
+
+
+def _not_a_stream(parser: ResponseParser, body: bytes) -> str:
+    """A 2xx that is not SSE (a non-streaming server or a proxy's page) is no success."""
+    content_type = parser.headers.get("content-type") or "no Content-Type"
+    preview = body.decode("utf-8", "replace")[:_PREVIEW_CHARS]
+    return (f"HTTP {parser.status} answered with {content_type}, not text/event-stream; "
+            f"body starts: {preview!r}")
+
+
+def _connect_failure(exc: OSError, timeout: float) -> tuple[str, str]:
+    """The error kind and one-line message for a connection that did not open."""
+    if isinstance(exc, TimeoutError):
+        return "connect_timeout", f"no connection within {timeout:g} s (connect timeout)"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "connect_error", f"TLS certificate verification failed: {exc.verify_message}"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connect_error", "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "connect_error", f"host name not resolved ({exc.strerror})"
+    return "connect_error", _describe(exc)
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,8 +1,10 @@
 """Interprets OpenAI streaming chunks (chat and completions) as they arrive.
 
-Rules from DESIGN.md: TTFT ends at the first delta carrying `content` or `reasoning_content`;
-output tokens come from `usage` when the server sends it, else from the count of content
-chunks (flagged as estimated, since one chunk may carry several tokens).
+Rules from DESIGN.md: TTFT ends at the first delta carrying `content`, `reasoning_content` or
+`tool_calls`; output tokens come from `usage` when the server sends it, else from the count of
+content chunks (flagged as estimated, since one chunk may carry several tokens). A chunk whose
+fields have the wrong shape is a `malformed` fault, never an exception from the protocol
+callback (which would store the request as `dropped`).
 """
 
 from __future__ import annotations
@@ -61,19 +63,29 @@ class CompletionStream:
             raise StreamFault("stream_error", str(message)[:300])
         usage = obj.get("usage")
         if usage:
-            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
-            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            if not isinstance(usage, dict):
+                raise StreamFault("malformed", f"usage is not an object: {payload[:80]!r}")
+            self.completion_tokens = _count(usage, "completion_tokens", self.completion_tokens)
+            self.prompt_tokens = _count(usage, "prompt_tokens", self.prompt_tokens)
         choices = obj.get("choices")
         if not choices:  # the final usage-only chunk has "choices": []
             return
         if not isinstance(choices, list):
             raise StreamFault("malformed", f"choices is not a list: {payload[:80]!r}")
         choice = choices[0]
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
+        if not isinstance(choice, dict):
+            raise StreamFault("malformed", f"choices[0] is not an object: {payload[:80]!r}")
+        reason = choice.get("finish_reason")
+        if reason:
+            if not isinstance(reason, str):
+                raise StreamFault("malformed", f"finish_reason is not a string: {payload[:80]!r}")
+            self.finish_reason = reason
         delta = choice.get("delta")
         if delta is not None:
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            if not isinstance(delta, dict):
+                raise StreamFault("malformed", f"delta is not an object: {payload[:80]!r}")
+            text = (delta.get("content") or delta.get("reasoning_content")
+                    or delta.get("reasoning") or delta.get("tool_calls"))
         else:
             text = choice.get("text")
         if not text:
@@ -86,3 +98,11 @@ class CompletionStream:
                 self.max_gap_ns = gap
         self.last_ns = now_ns
         self.chunks += 1
+
+
+def _count(usage: dict, key: str, default: int | None) -> int | None:
+    """A token count from `usage`: an int (or null), else the chunk is malformed."""
+    value = usage.get(key, default)
+    if value is not None and (type(value) is not int or value < 0):
+        raise StreamFault("malformed", f"usage.{key} is not a token count: {value!r:.40}")
+    return value

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 MODES = ("closed", "burst")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
+MAX_TEMPERATURE = 2.0  # OpenAI's range is 0..2
 
 
 class ConfigError(ValueError):
@@ -37,7 +39,11 @@ class RunConfig:
     mode: str = "closed"
     input_tokens: int = 128
     output_tokens: int = 128
-    timeout_s: float = 300.0
+    request_timeout_s: float = 600.0  # the whole request, queueing and first byte included
+    connect_timeout_s: float = 10.0  # opening the TCP (and TLS) connection
+    stall_timeout_s: float = 60.0  # the longest gap between two chunks after the first
+    ca_bundle: str = ""  # PEM file of CAs to trust for https (absolute path), "" = system's
+    insecure: bool = False  # https without certificate checks
     warmup: int = 0
     seed: int = 0
     temperature: float = 0.0
@@ -59,8 +65,16 @@ class RunConfig:
             raise ConfigError("--input-tokens must be at least 8")
         if self.output_tokens < 1:
             raise ConfigError("--output-tokens must be at least 1")
-        if self.timeout_s <= 0:
-            raise ConfigError("--timeout must be positive")
+        for flag, seconds in (("--request-timeout", self.request_timeout_s),
+                              ("--connect-timeout", self.connect_timeout_s),
+                              ("--stall-timeout", self.stall_timeout_s)):
+            if not 0 < seconds < math.inf:
+                raise ConfigError(f"{flag} must be a positive number of seconds, not {seconds}")
+        if not 0 <= self.temperature <= MAX_TEMPERATURE:
+            raise ConfigError(f"--temperature must be between 0 and {MAX_TEMPERATURE:g}, "
+                              f"not {self.temperature}")
+        if self.ca_bundle and self.insecure:
+            raise ConfigError("--ca-bundle and --insecure contradict each other: give one")
         if self.warmup < 0:
             raise ConfigError("--warmup must be 0 or more")
         if not self.prompts:
@@ -75,9 +89,12 @@ class RunConfig:
 
     @classmethod
     def from_json_dict(cls, data: dict) -> RunConfig:
-        """A stored config back (resume); keys stored beside the knobs are left out."""
+        """A stored config back (resume); keys stored beside the knobs are left out, and a
+        run stored before the three timeouts keeps its `timeout_s` as the request timeout."""
         known = {f.name for f in fields(cls)}
         kept = {k: v for k, v in data.items() if k in known}
+        if "timeout_s" in data:
+            kept.setdefault("request_timeout_s", data["timeout_s"])
         kept["levels"] = tuple(kept["levels"])
         kept["server_args"] = tuple(kept.get("server_args", ()))
         return cls(**kept)

@@ -125,21 +125,27 @@ class ResponseParser:
         return False
 
     def _parse_head(self, head: bytes) -> None:
+        """Interim 1xx heads (100 Continue, 103 Early Hints) are skipped: the state stays
+        `head` and `status` stays 0 until the final response's head."""
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
             raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:60]!r}")
-        try:
-            self.status = int(parts[1])
-        except ValueError:
-            raise ProtocolError(f"bad status code {parts[1][:10]!r}") from None
+        if len(parts[1]) != 3 or not parts[1].isdigit() or parts[1][0] == "0":
+            raise ProtocolError(f"bad status code {parts[1][:10]!r}")
+        status = int(parts[1])
+        if status == 101:
+            raise ProtocolError("101 Switching Protocols to a request that asked for no upgrade")
+        if 100 <= status < 200:
+            return
+        self.status = status
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if sep:
                 self.headers[name.strip().lower()] = value.strip()
         connection = self.headers.get("connection", "").lower()
         self.keep_alive = parts[0] == "HTTP/1.1" and connection != "close"
-        if self.status in (204, 304) or 100 <= self.status < 200:
+        if self.status in (204, 304):
             self.done = True
         elif "chunked" in self.headers.get("transfer-encoding", "").lower():
             self._mode, self._state = "chunked", "chunk_size"

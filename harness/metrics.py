@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from harness.records import RequestRecord
 
 STATISTICS = ("mean", "p50", "p90", "p99")
+PROMPT_TOLERANCE = 0.05  # per-level prompt-token means must land within this of the target
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:
@@ -47,7 +48,22 @@ class LevelStats:
     p10_tps: float | None
     p1_tps: float | None
     mean_output_tokens: float | None
+    mean_prompt_tokens: float | None  # the server's usage.prompt_tokens: what was really sent
     throughput_tps: float | None
+
+
+def mean_prompt_tokens(records: Iterable[RequestRecord]) -> float | None:
+    """Mean server-counted prompt tokens of successful requests (None: no server counted)."""
+    return _mean([r.input_tokens for r in records if r.ok and r.input_tokens is not None])
+
+
+def prompt_warning(stats: LevelStats, target: int) -> str | None:
+    """Why a level's prompts do not match the calibrated target, or None when they do."""
+    mean = stats.mean_prompt_tokens
+    if mean is None or abs(mean - target) <= PROMPT_TOLERANCE * target:
+        return None
+    return (f"C={stats.concurrency}: prompts averaged {mean:.1f} tokens, {mean / target - 1:+.1%} "
+            f"off the {target}-token target (tolerance {PROMPT_TOLERANCE:.0%})")
 
 
 def level_stats(
@@ -77,6 +93,7 @@ def level_stats(
         p10_tps=quantile(tpss, 0.1),
         p1_tps=quantile(tpss, 0.01),
         mean_output_tokens=_mean(tokens),
+        mean_prompt_tokens=mean_prompt_tokens(good),
         throughput_tps=throughput,
     )
 
@@ -170,7 +187,8 @@ def users(max_c: int, factor: float) -> int:
 
 
 def capacity(points: Iterable[LevelPoint], targets: Targets | None = None) -> Capacity:
-    """Max C = highest tested level that passes; a pass above a failure is warned about."""
+    """Max C = highest tested level that passes; a pass above a failure is warned about, and
+    so is a pass at the top level, which only bounds Max C from below."""
     targets = targets or Targets()
     verdicts = [judge(p, targets) for p in sorted(points, key=lambda p: p.concurrency)]
     passing = [v.concurrency for v in verdicts if v.passes]
@@ -191,6 +209,8 @@ def capacity(points: Iterable[LevelPoint], targets: Targets | None = None) -> Ca
         warnings.append(
             f"C={max_c} passes although lower level(s) C={','.join(map(str, failed_below))} fail"
         )
+    if max_c and not above:
+        warnings.append(f"Max C >= {max_c}: no higher level was tested")
     if not verdicts:
         warnings.append("no levels to judge")
     elif max_c == 0:

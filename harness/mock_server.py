@@ -1,9 +1,11 @@
 """A fake OpenAI-compatible streaming server for tests and the harness accuracy benchmark.
 
-Knobs: ttft_ms, itl_ms, tokens per chunk, output tokens, usage on/off, reasoning deltas,
-keep-alive comments, and faults (HTTP 500/429, drop mid-stream, malformed event, error event,
-stall). It logs, per request, when it read the body and when it wrote the first and last token
-(`time.perf_counter`, the same monotonic clock as the harness), served at GET /mock/timings.
+Knobs: ttft_ms, itl_ms, tokens per chunk, output tokens, usage on/off, reasoning or tool-call
+deltas, keep-alive comments, a keep-alive request limit, and faults (HTTP 500/429, drop
+mid-stream, malformed event, error event, stall, a JSON 200 instead of a stream, a close on
+receipt). It serves plain HTTP or TLS, on IPv4 or IPv6. It logs, per request, when it read
+the body and when it wrote the first and last token (`time.perf_counter`, the same monotonic
+clock as the harness), served at GET /mock/timings.
 
 Run it alone: `python -m harness.mock_server --port 8100 --ttft-ms 150 --itl-ms 8`.
 """
@@ -17,13 +19,15 @@ import contextlib
 import dataclasses
 import json
 import re
+import ssl as ssl_module
 import threading
 import time
 from dataclasses import dataclass
 
 from harness import aio
 
-FAULTS = ("none", "http_500", "http_429", "drop", "malformed", "stream_error", "stall")
+FAULTS = ("none", "http_500", "http_429", "drop", "malformed", "stream_error", "stall", "not_sse",
+          "close_on_receipt")
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -36,12 +40,16 @@ class MockConfig:
     output_tokens: int | None = None  # None: honour max_tokens
     usage: bool = True
     reasoning_tokens: int = 0  # the first N tokens arrive as reasoning_content
+    tool_calls: bool = False  # chat: tokens arrive as tool-call argument deltas, no content
     keepalive_comments: bool = False
     fault: str = "none"
     fault_every: int = 1  # the fault hits requests 1, 1+N, 1+2N, ... (1: every request)
     fault_match: str = ""  # if set, only requests whose X-Request-Id contains it can fault
     fault_after_chunks: int = 2  # drop / malformed / stream_error / stall after this many
     stall_s: float = 3600.0
+    # N > 0: the request after the Nth on a connection is read, then the connection closed
+    # unanswered, as when a server's idle keep-alive timeout meets a request in flight
+    keepalive_requests: int = 0
     stats: bool = True  # serve GET /stats with counters
 
     def __post_init__(self) -> None:
@@ -77,8 +85,10 @@ class MockServer:
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._serve_connection, host, port)
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
+    ) -> int:
+        self._server = await asyncio.start_server(self._serve_connection, host, port, ssl=ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -91,11 +101,16 @@ class MockServer:
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        served = 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 method, path, headers = _parse_head(head)
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                limit = self.config.keepalive_requests
+                if limit and served == limit:
+                    break
+                served += 1
                 keep = await self._dispatch(method, path, headers, body, writer)
                 if not keep:
                     break
@@ -150,6 +165,9 @@ class MockServer:
             return _send_json(writer, 500, _error("injected failure", "server_error"))
         if fault == "http_429":
             return _send_json(writer, 429, _error("rate limited", "rate_limit"), retry=1)
+        if fault == "close_on_receipt":
+            writer.transport.abort()
+            return False
         chat = route.endswith("chat/completions")
         texts = (
             [str(m.get("content", "")) for m in req.get("messages", [])]
@@ -159,7 +177,7 @@ class MockServer:
         n_tokens = cfg.output_tokens or int(req.get("max_tokens") or 16)
         timing = Timing(headers.get("x-request-id", ""), body_read)
         self.timings.append(timing)
-        if not req.get("stream"):
+        if not req.get("stream") or fault == "not_sse":
             await asyncio.sleep((cfg.ttft_ms + cfg.itl_ms * (n_tokens - 1)) / 1000)
             timing.first_write = timing.last_write = time.perf_counter()
             timing.tokens = n_tokens
@@ -167,7 +185,7 @@ class MockServer:
         include_usage = cfg.usage and (req.get("stream_options") or {}).get("include_usage")
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
-        frame = _ChunkFramer(chat, cfg.model)
+        frame = _ChunkFramer(chat, cfg.model, cfg.tool_calls)
         if cfg.keepalive_comments:
             writer.write(_chunk(b": ping\n\n"))
         next_t = body_read + cfg.ttft_ms / 1000
@@ -184,7 +202,7 @@ class MockServer:
                 return False
             k = min(cfg.tokens_per_chunk, n_tokens - sent)
             reasoning = sent < cfg.reasoning_tokens
-            data = _chunk(frame.delta(" tok" * k, reasoning))
+            data = _chunk(frame.delta(" tok" * k, reasoning, first=sent == 0))
             now = time.perf_counter()  # taken before the write: the token leaves from here
             writer.write(data)
             if timing.first_write is None:
@@ -226,13 +244,17 @@ class MockServer:
 class _ChunkFramer:
     """Builds chunk events the way vLLM and SGLang shape them."""
 
-    def __init__(self, chat: bool, model: str) -> None:
+    def __init__(self, chat: bool, model: str, tool_calls: bool = False) -> None:
         self.chat = chat
+        self.tool_calls = chat and tool_calls
         kind = "chat.completion.chunk" if chat else "text_completion"
         self.head = f'{{"id":"cmpl-mock","object":"{kind}","created":0,"model":"{model}",'
 
-    def delta(self, text: str, reasoning: bool) -> bytes:
-        if self.chat:
+    def delta(self, text: str, reasoning: bool, first: bool = False) -> bytes:
+        if self.tool_calls:
+            choice = json.dumps({"index": 0, "delta": {"tool_calls": [_tool_call(text, first)]},
+                                 "finish_reason": None})
+        elif self.chat:
             key = "reasoning_content" if reasoning else "content"
             choice = f'{{"index":0,"delta":{{"{key}":"{text}"}},"finish_reason":null}}'
         else:
@@ -241,13 +263,23 @@ class _ChunkFramer:
 
     def finish(self) -> bytes:
         inner = '"delta":{}' if self.chat else '"text":""'
-        choice = f'{{"index":0,{inner},"finish_reason":"length"}}'
+        reason = "tool_calls" if self.tool_calls else "length"
+        choice = f'{{"index":0,{inner},"finish_reason":"{reason}"}}'
         return f'data: {self.head}"choices":[{choice}]}}\n\n'.encode()
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         usage = (f'{{"prompt_tokens":{prompt_tokens},"completion_tokens":{completion_tokens},'
                  f'"total_tokens":{prompt_tokens + completion_tokens}}}')
         return f'data: {self.head}"choices":[],"usage":{usage}}}\n\n'.encode()
+
+
+def _tool_call(arguments: str, first: bool) -> dict:
+    """One tool-call delta as OpenAI streams it: id, type and name only in the first."""
+    call: dict = {"index": 0, "function": {"arguments": arguments}}
+    if first:
+        call.update(id="call_mock", type="function")
+        call["function"]["name"] = "lookup"
+    return call
 
 
 def _final_object(chat: bool, model: str, n: int, prompt_tokens: int) -> dict:
@@ -293,14 +325,20 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
 class ThreadedMockServer:
     """The fake server on its own event loop in a daemon thread (for tests)."""
 
-    def __init__(self, config: MockConfig | None = None) -> None:
+    def __init__(
+        self, config: MockConfig | None = None, host: str = "127.0.0.1",
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
         self.server = MockServer(config)
+        self.host = host
+        self.ssl = ssl
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     def __enter__(self) -> ThreadedMockServer:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(5)
+        start = self.server.start(self.host, 0, self.ssl)
+        asyncio.run_coroutine_threadsafe(start, self._loop).result(5)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -318,7 +356,9 @@ class ThreadedMockServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}/v1"
+        scheme = "https" if self.ssl else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.server.port}/v1"
 
     def configure(self, **changes: object) -> None:
         self.server.config = dataclasses.replace(self.server.config, **changes)

@@ -3,7 +3,9 @@
 - `words`: seeded common words behind the request key (any server; the historical default).
 - `text`: a window of natural prose (harness.corpus, or the user's own text file) cut at a
   per-request offset, so the n-grams a request sends, and the Engram rows they address, follow
-  real text; no key is added, whose digits would be n-grams no other request shares.
+  real text; no key is added, whose digits would be n-grams no other request shares. Windows
+  are cut at a count of pieces (words and punctuation marks), not of words: their token counts
+  then vary about half as much, so even a level of two requests sends the calibrated length.
 - a `.jsonl` file: the user's own prompts at their own lengths, in a seeded order.
 
 Each request of a run has a distinct ordinal (harness.sweep); a source turns it into a prompt.
@@ -15,6 +17,7 @@ import hashlib
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -22,6 +25,7 @@ from typing import ClassVar, Protocol
 from harness import corpus
 
 BUILTIN = ("words", "text")
+_PIECE = re.compile(r"\w+|[^\w\s]")
 
 # Common English words: one token each in most subword vocabularies, so counts stay stable.
 _WORDS = """
@@ -67,6 +71,11 @@ def _digest(items: tuple[str, ...]) -> str:
     return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
 
 
+def pieces(text: str) -> int:
+    """Words and punctuation marks: how tokenizers split text before subwords."""
+    return len(_PIECE.findall(text))
+
+
 def spread(seed: int, ordinal: int, n: int) -> int:
     """Position of `ordinal` in a seeded walk over n slots: n consecutive ordinals hit n
     distinct slots (a stride coprime with n), and neighbouring ordinals land far apart."""
@@ -102,11 +111,13 @@ class RandomWords:
 
 @dataclass(slots=True, frozen=True)
 class RunningText:
-    """`text` or a text file: `words` consecutive words of a circular text from a per-request
-    offset, distinct for up to len(corpus) requests, so no two prompts start alike."""
+    """`text` or a text file: consecutive words of a circular text from a per-request offset,
+    distinct for up to len(corpus) requests, so no two prompts start alike. A window holds as
+    many pieces as `words` words of this text hold on average (`pieces_per_word`)."""
 
     corpus: tuple[str, ...]
     source: str
+    pieces_per_word: float
     seed: int = 0
     words: int = 96
     calibrated: ClassVar[bool] = True
@@ -117,10 +128,17 @@ class RunningText:
     def text(self, key: str, ordinal: int) -> str:
         n = len(self.corpus)
         start = spread(self.seed, ordinal, n)
-        return " ".join(self.corpus[(start + i) % n] for i in range(self.words))
+        budget = round(self.words * self.pieces_per_word)
+        window: list[str] = []
+        count = 0
+        while count < budget and len(window) < n:
+            word = self.corpus[(start + len(window)) % n]
+            window.append(word)
+            count += pieces(word)
+        return " ".join(window)
 
     def digest(self) -> str:
-        return _digest(self.corpus)
+        return _digest(("cut by pieces", *self.corpus))
 
     def describe(self) -> str:
         return f"natural text ({self.source}, {len(self.corpus):,} words)"
@@ -153,14 +171,18 @@ def load(spec: str, seed: int = 0) -> Prompts:
     if spec == "words":
         return RandomWords(seed)
     if spec == "text":
-        return RunningText(tuple(corpus.text().split()), "Python documentation", seed)
+        return _running_text(corpus.text(), "Python documentation", seed)
     content = _read(Path(spec))
     if spec.endswith(".jsonl"):
         return FixedPrompts(_jsonl_prompts(spec, content), spec, seed)
-    words = tuple(content.split())
-    if not words:
+    if not content.split():
         raise PromptFileError(f"prompts file {spec} has no text")
-    return RunningText(words, spec, seed)
+    return _running_text(content, spec, seed)
+
+
+def _running_text(content: str, source: str, seed: int) -> RunningText:
+    words = tuple(content.split())
+    return RunningText(words, source, pieces(content) / len(words), seed)
 
 
 def _read(path: Path) -> str:

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 # Error kinds a request can end with; `None` means the request succeeded.
 ERROR_KINDS = (
     "http_error",  # non-2xx status (429 and 5xx included); http_status says which
-    "connect_error",  # the TCP/TLS connection could not be opened
+    "connect_error",  # the TCP/TLS connection could not be opened (refused, TLS, DNS)
+    "connect_timeout",  # the TCP/TLS connection did not open within the connect timeout
     "dropped",  # the server closed the connection before the stream ended
-    "malformed",  # an SSE data event that is not JSON or not a completion chunk
+    "malformed",  # a 2xx that is not an event stream, or an event that is not a completion chunk
     "stream_error",  # the server sent an error object inside the stream
-    "timeout",  # no end of stream within the request timeout
+    "stall_timeout",  # after the first token, no further token within the stall timeout
+    "request_timeout",  # no end of stream within the request timeout (the whole request)
 )
 
 
@@ -35,6 +37,7 @@ class RequestRecord:
     error_kind: str | None = None
     error_message: str | None = None
     http_status: int | None = None
+    retried: str | None = None  # the first attempt's error kind when the request was re-sent
 
     @property
     def ok(self) -> bool:

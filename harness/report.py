@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -10,13 +11,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness.metrics import Capacity, LevelPoint, LevelStats, Targets, capacity, point
+from harness.metrics import (
+    STATISTIC_FIELDS,
+    LevelPoint,
+    LevelStats,
+    Targets,
+    capacity,
+    point,
+    prompt_warning,
+)
 from harness.records import RequestRecord
 
-SUMMARY_LEVEL_FIELDS = (
-    "concurrency", "requests", "errors", "short_outputs", "mean_ttft_ms", "p50_ttft_ms",
-    "p90_ttft_ms", "p99_ttft_ms", "mean_tps", "p10_tps", "mean_output_tokens", "throughput_tps",
-)
+# Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
+FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+                 "mean_tps", "p50_tps", "p10_tps", "p1_tps")
+SUMMARY_LEVEL_FIELDS = ("concurrency", "requests", "errors", "short_outputs", *FIGURE_FIELDS,
+                        "mean_prompt_tokens", "mean_output_tokens", "throughput_tps")
 
 
 class CapacityCSVError(ValueError):
@@ -29,15 +39,15 @@ def summarise(
     """The `--json` object of `run` and `summary`."""
     cap = capacity([point(s, targets.statistic) for s in stats], targets)
     verdicts = {v.concurrency: v for v in cap.levels}
-    prompt_tokens = mean_prompt_tokens(records)
     levels = []
     for s in stats:
         row = {k: _round(getattr(s, k)) for k in SUMMARY_LEVEL_FIELDS}
-        row["mean_prompt_tokens"] = _round(prompt_tokens.get(s.concurrency))
         row["passes"] = verdicts[s.concurrency].passes
         row["fails_because"] = verdicts[s.concurrency].reason or None
         levels.append(row)
     warnings = list(cap.warnings)
+    if _calibrated(run):
+        warnings += [w for s in stats if (w := prompt_warning(s, run["input_tokens"]))]
     estimated = sum(1 for r in records if r.ok and r.output_tokens_estimated)
     if estimated:
         warnings.append(f"{estimated} request(s) reported no usage: output tokens are chunk "
@@ -55,19 +65,21 @@ def summarise(
         "mode": run["mode"], "rounds": run["rounds"],
         "input_tokens": run["input_tokens"], "measured_input_tokens": run["measured_input_tokens"],
         "output_tokens": run["output_tokens"],
-        "targets": asdict(targets), "levels": levels, "max_c": cap.max_c,
+        "targets": asdict(targets), **_judged(targets.statistic), "levels": levels,
+        "max_c": cap.max_c,
         "chat_users": cap.chat_users, "agentic_users": cap.agentic_users, "warnings": warnings,
     }
 
 
-def mean_prompt_tokens(records: Sequence[RequestRecord]) -> dict[int, float]:
-    """Per level, the server-counted prompt tokens of successful requests: what was sent, which
-    matters most when prompts keep their own lengths (a --prompts .jsonl file)."""
-    counts: dict[int, list[int]] = {}
-    for r in records:
-        if r.ok and r.input_tokens is not None:
-            counts.setdefault(r.concurrency, []).append(r.input_tokens)
-    return {c: sum(v) / len(v) for c, v in counts.items()}
+def _calibrated(run: dict) -> bool:
+    """Prompts were sized to input_tokens (not a .jsonl file sent at its own lengths)."""
+    return json.loads(run.get("config") or "{}").get("prompt_words") is not None
+
+
+def _judged(statistic: str) -> dict:
+    """Names the statistic the verdicts used and the two figures it judged."""
+    ttft, tps = STATISTIC_FIELDS[statistic]
+    return {"statistic": statistic, "judged": {"ttft": ttft, "tps": tps}}
 
 
 def _round(value: object) -> object:
@@ -157,22 +169,23 @@ def describe_server_table(table: dict) -> str:
 
 # -- capacity --csv ----------------------------------------------------------------------------
 
-_REQUIRED = ("run", "concurrency", "mean_ttft_ms", "mean_tps")
-
-
-def read_level_csv(path: Path) -> dict[str, list[LevelPoint]]:
-    """Per-level means measured anywhere; an empty cell is a figure that was not published."""
+def read_level_csv(path: Path, statistic: str = "mean") -> dict[str, list[dict]]:
+    """Per-level figures measured anywhere: per run, rows of concurrency, errors and every
+    FIGURE_FIELDS column the file has; an empty cell is a figure that was not published. The
+    columns the chosen statistic judges are required."""
+    required = ("run", "concurrency", *STATISTIC_FIELDS[statistic])
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            missing = [c for c in _REQUIRED if c not in (reader.fieldnames or [])]
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
             if missing:
                 raise CapacityCSVError(
-                    f"{path} lacks column(s) {', '.join(missing)}; needed: {', '.join(_REQUIRED)}"
+                    f"{path} lacks column(s) {', '.join(missing)}; --statistic {statistic} "
+                    f"needs: {', '.join(required)}"
                 )
-            runs: dict[str, list[LevelPoint]] = {}
+            runs: dict[str, list[dict]] = {}
             for line, row in enumerate(reader, start=2):
-                runs.setdefault(row["run"], []).append(_point(row, path, line))
+                runs.setdefault(row["run"], []).append(_level(row, path, line))
     except OSError as exc:
         raise CapacityCSVError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -182,7 +195,7 @@ def read_level_csv(path: Path) -> dict[str, list[LevelPoint]]:
     return runs
 
 
-def _point(row: dict, path: Path, line: int) -> LevelPoint:
+def _level(row: dict, path: Path, line: int) -> dict:
     def number(name: str, kind: type = float) -> float | int | None:
         text = (row.get(name) or "").strip()
         if not text:
@@ -196,20 +209,24 @@ def _point(row: dict, path: Path, line: int) -> LevelPoint:
     if concurrency is None or concurrency < 1:
         raise CapacityCSVError(f"{path} line {line}: concurrency must be a positive integer")
     errors = number("errors", int) if "errors" in row else 0
-    return LevelPoint(concurrency, number("mean_ttft_ms"), number("mean_tps"), errors)
+    return {"concurrency": concurrency, "errors": errors,
+            **{name: number(name) for name in FIGURE_FIELDS}}
 
 
-def capacity_object(runs: dict[str, list[LevelPoint]], targets: Targets) -> dict:
+def capacity_object(runs: dict[str, list[dict]], targets: Targets) -> dict:
+    """The `capacity --json` object: per run, Max C and users, and per level every figure
+    with its verdict under the named statistic."""
+    ttft, tps = STATISTIC_FIELDS[targets.statistic]
     out = {}
-    for name, points in runs.items():
-        cap: Capacity = capacity(points, targets)
+    for name, rows in runs.items():
+        rows = sorted(rows, key=lambda r: r["concurrency"])  # the order capacity judges in
+        cap = capacity([LevelPoint(r["concurrency"], r[ttft], r[tps], r["errors"]) for r in rows],
+                       targets)
         out[name] = {
             "max_c": cap.max_c, "chat_users": cap.chat_users, "agentic_users": cap.agentic_users,
-            "levels": [
-                {"concurrency": v.concurrency, "mean_ttft_ms": v.ttft_ms, "mean_tps": v.tps,
-                 "passes": v.passes, "fails_because": v.reason or None}
-                for v in cap.levels
-            ],
+            **_judged(targets.statistic),
+            "levels": [{**r, "passes": v.passes, "fails_because": v.reason or None}
+                       for r, v in zip(rows, cap.levels, strict=True)],
             "warnings": cap.warnings,
         }
     return out

@@ -18,7 +18,7 @@ from harness import __version__, target
 from harness.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.config import ConfigError, RunConfig
 from harness.endpoint import Endpoint
-from harness.metrics import level_stats
+from harness.metrics import level_stats, mean_prompt_tokens, prompt_warning
 from harness.progress import LevelProgress
 from harness.prompts import Prompts, load
 from harness.records import RequestRecord
@@ -59,7 +59,7 @@ async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock, prompt
     """Each probe measures the mean of CALIBRATION_SAMPLES prompts: natural-text windows differ
     by ~7% in tokens per word, so one window would fit the length to itself, not to the mean.
     The samples keep their ordinals from probe to probe, so only the length changes."""
-    pool = ConnectionPool(endpoint)
+    pool = ConnectionPool(endpoint, connect_timeout=config.connect_timeout_s)
     probes = 0
 
     async def one(words: int, sample: int) -> int | None:
@@ -68,7 +68,8 @@ async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock, prompt
         body = payload(config.api, config.model, text, 1, config.temperature, force_length=False)
         record = await stream_completion(
             pool, build_request(endpoint, body, request_id),
-            RequestRecord(request_id, 1, 0, 0, 0.0), clock, config.timeout_s,
+            RequestRecord(request_id, 1, 0, 0, 0.0), clock, config.request_timeout_s,
+            config.stall_timeout_s,
         )
         if not record.ok:
             raise target.TargetError(
@@ -109,22 +110,21 @@ async def execute(
     if server:
         progress.message(describe_server_table(server))
     if not resume:
-        words, measured = None, None
+        words, probed = None, None
         if prompts.calibrated:
             calibration = await _calibrate(config, endpoint, clock, prompts, run_id)
             progress.message(f"{calibration.describe()}; source: {prompts.describe()}")
-            words, measured = calibration.words, calibration.prompt_tokens
+            words, probed = calibration.words, calibration.prompt_tokens
         else:
             progress.message(f"prompts: not calibrated; source: {prompts.describe()}")
-        extras = {"prompt_words": words, "prompts_digest": prompts.digest(),
-                  **({"server": server} if server else {})}
+        extras = {"prompt_words": words, "calibration_prompt_tokens": probed,
+                  "prompts_digest": prompts.digest(), **({"server": server} if server else {})}
         store.create_run(run_id, {
             "device": config.device, "engine": config.engine, "model": config.model,
             "table_placement": config.table_placement, "target_url": config.url,
             "api": config.api, "mode": config.mode, "levels": list(config.levels),
             "rounds": config.rounds, "input_tokens": config.input_tokens,
-            "output_tokens": config.output_tokens,
-            "measured_input_tokens": measured, "label": config.label,
+            "output_tokens": config.output_tokens, "label": config.label,
             "config": json.dumps({**config.to_json_dict(), **extras}),
             "host": json.dumps(host_info()), "version": __version__,
         })
@@ -154,10 +154,16 @@ async def execute(
             progress.start_level(c, c * len(todo))
             outcome = await sweep.run_level(c, todo, writer.submit, progress.advance)
             await asyncio.to_thread(writer.drain)
-            progress.end_level(level_stats(c, outcome.records, config.output_tokens))
+            stats = level_stats(c, outcome.records, config.output_tokens)
+            progress.end_level(stats)
+            if prompts.calibrated and (warning := prompt_warning(stats, config.input_tokens)):
+                progress.message(f"warning: {warning}")
             after = await target.fetch_stats(endpoint)
             if before is not None or after is not None:
                 store.write_server_stats(run_id, c, before, after)
+            # what the prompts sent so far measured, right even if the run is killed next
+            store.update_run(run_id,
+                             measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
             outcomes.append(outcome)
     except (asyncio.CancelledError, KeyboardInterrupt):
         _close_quietly(writer)

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 
 class SSEDecoder:
-    """Incremental decoder; handles LF and CRLF line ends and events split across reads."""
+    """Incremental decoder for events split across reads at any byte.
 
-    __slots__ = ("_buf", "comments")
+    Lines end in LF, CRLF or CR; a CR that ends one read and the LF that starts the next are
+    one line break, not two (two would end the event early).
+    """
+
+    __slots__ = ("_buf", "_cr", "comments")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._cr = False  # the last read ended in CR: an LF first in the next belongs to it
         self.comments = 0  # keep-alive lines such as ": ping"
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not data:
+            return []
+        if self._cr and data[:1] == b"\n":
+            data = data[1:]
+        self._cr = data[-1:] == b"\r"
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = self._buf + data if self._buf else data
@@ -28,12 +38,15 @@ class SSEDecoder:
         return events
 
     def _data_of(self, block: bytes) -> bytes | None:
+        """The spec strips exactly one space after the colon; a bare `data` line is empty."""
         if block.startswith(b"data:") and b"\n" not in block:  # the common one-line event
-            return block[5:].lstrip(b" ")
+            return block[6:] if block[5:6] == b" " else block[5:]
         lines = []
         for line in block.split(b"\n"):
             if line.startswith(b":"):
                 self.comments += 1
             elif line.startswith(b"data:"):
-                lines.append(line[5:].lstrip(b" ") if line[5:6] == b" " else line[5:])
+                lines.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line == b"data":
+                lines.append(b"")
         return b"\n".join(lines) if lines else None

@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS runs (
     rounds INTEGER,
     input_tokens INTEGER,
     output_tokens INTEGER,
-    measured_input_tokens INTEGER,
+    measured_input_tokens DOUBLE,  -- mean usage.prompt_tokens of the prompts sent
     label VARCHAR,
     config VARCHAR,
     host VARCHAR,
@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS requests (
     ok BOOLEAN,
     error_kind VARCHAR,
     error_message VARCHAR,
-    http_status INTEGER
+    http_status INTEGER,
+    retried VARCHAR  -- error kind of a first try that was silently re-sent, else NULL
 );
 CREATE TABLE IF NOT EXISTS server_stats (
     run_id VARCHAR,
@@ -95,6 +96,7 @@ SELECT
     quantile_cont(q.tps, 0.1) AS p10_tps,
     quantile_cont(q.tps, 0.01) AS p1_tps,
     avg(q.output_tokens) FILTER (WHERE q.ok) AS mean_output_tokens,
+    avg(q.input_tokens) FILTER (WHERE q.ok) AS mean_prompt_tokens,
     CASE WHEN count(*) FILTER (WHERE q.ok) > 0 AND max(q.ended_at) > min(q.sent_at)
          THEN sum(q.output_tokens) FILTER (WHERE q.ok)
               / (epoch_us(max(q.ended_at)) - epoch_us(min(q.sent_at))) * 1e6 END
@@ -106,12 +108,30 @@ GROUP BY q.run_id, q.concurrency;
 _REQUEST_COLUMNS = (
     "run_id, concurrency, round, worker, request_id, sent_at, ttft_ms, latency_ms, "
     "output_tokens, output_tokens_estimated, input_tokens, chunks, max_gap_ms, finish_reason, "
-    "ok, error_kind, error_message, http_status"
+    "ok, error_kind, error_message, http_status, retried"
 )
+
+# Databases written by older versions: brought up to the schema above when first opened.
+# _CURRENT: (table, column, type) that only today's schema has.
+_CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried", "VARCHAR"),
+            ("levels", "mean_prompt_tokens", "DOUBLE")}
+_MIGRATIONS = """
+ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
+"""
 
 
 class StoreError(RuntimeError):
     """The results file cannot be used; the message is one sentence for the user."""
+
+
+def _outdated(con: duckdb.DuckDBPyConnection) -> bool:
+    """The file holds results from an older version: a runs table, but not today's columns."""
+    have = set(con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+        "WHERE database_name = current_database()"
+    ).fetchall())
+    return any(t == "runs" for t, _, _ in have) and not have >= _CURRENT
 
 
 def _utc(ts: float) -> datetime:
@@ -124,6 +144,7 @@ class Store:
     def __init__(self, path: str | os.PathLike = DEFAULT_DB, lock_timeout_s: float = 60.0):
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
+        self._upgraded = False
 
     def initialise(self) -> None:
         """Create the folder and schema; refuse an unwritable path with one sentence."""
@@ -138,14 +159,12 @@ class Store:
         with self._connect() as con:
             con.execute(_SCHEMA)
 
-    @contextlib.contextmanager
-    def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.02
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
-                break
+                return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     reason = str(exc).splitlines()[0]
@@ -154,10 +173,39 @@ class Store:
                 delay = min(delay * 2, 0.5)
             except duckdb.Error as exc:
                 raise StoreError(f"cannot open {self.path}: {str(exc).splitlines()[0]}") from None
+
+    @contextlib.contextmanager
+    def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short connection; the first one of this Store upgrades a file an older version
+        wrote (briefly opening it for writing when a reader found it outdated)."""
+        con = self._open(read_only)
         try:
+            if not self._upgraded:
+                if _outdated(con):
+                    if read_only:
+                        con.close()
+                        writer = self._open(read_only=False)
+                        try:
+                            self._upgrade(writer)
+                        finally:
+                            writer.close()
+                        con = self._open(read_only=True)
+                    else:
+                        self._upgrade(con)
+                self._upgraded = True
             yield con
         finally:
             con.close()
+
+    def _upgrade(self, con: duckdb.DuckDBPyConnection) -> None:
+        try:
+            con.execute("BEGIN")
+            con.execute(_MIGRATIONS)
+            con.execute(_SCHEMA)  # the view again, with today's columns
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot upgrade {self.path}, written by an older engram-bench: "
+                             f"{str(exc).splitlines()[0]}") from None
 
     def read_only(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A short read-only connection (retried while a writer holds the file)."""
@@ -185,7 +233,8 @@ class Store:
         rows = [
             (run_id, r.concurrency, r.round, r.worker, r.request_id, _utc(r.sent_at), r.ttft_ms,
              r.latency_ms, r.output_tokens, r.output_tokens_estimated, r.input_tokens, r.chunks,
-             r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status)
+             r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status,
+             r.retried)
             for r in records
         ]
         if not rows:

@@ -64,7 +64,7 @@ class Sweep:
         self.run_id = run_id
         self.prompts = prompts
         self.clock = clock
-        self.pool = ConnectionPool(endpoint)
+        self.pool = ConnectionPool(endpoint, connect_timeout=config.connect_timeout_s)
         self._first_ordinal: dict[int, int] = {}
         total = 0
         for c in config.levels:
@@ -94,7 +94,7 @@ class Sweep:
             ordinal = self.ordinal(c, rnd, worker)
         request, record = self._request(c, rnd, worker, ordinal, tag)
         return await stream_completion(self.pool, request, record, self.clock,
-                                       self.config.timeout_s)
+                                       self.config.request_timeout_s, self.config.stall_timeout_s)
 
     async def warmup(self, count: int, concurrency: int) -> list[RequestRecord]:
         """Requests that are sent but never stored (compile caches, first-touch pages)."""

@@ -1,8 +1,13 @@
-"""Deterministic request records (no clock, no randomness beyond a fixed seed)."""
+"""Deterministic test inputs: request records (no clock, no randomness beyond a fixed seed),
+every way a byte string can arrive, and a server that answers with canned bytes."""
 
 from __future__ import annotations
 
 import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
 
 from harness.records import RequestRecord
 
@@ -31,3 +36,64 @@ def make_records(levels=(1, 2, 4), rounds=3, output_tokens=128, seed=7) -> list[
                     rec.ttft_ms, rec.output_tokens, rec.chunks = None, 0, 0
                 records.append(rec)
     return records
+
+
+def splits(data: bytes) -> Iterator[list[bytes]]:
+    """`data` as a parser may receive it: byte by byte, then cut in two at every offset."""
+    yield [data[i : i + 1] for i in range(len(data))]
+    for i in range(len(data) + 1):
+        yield [data[:i], data[i:]]
+
+
+class CannedServer:
+    """Answers every request with fixed bytes, each piece its own send a little apart (so the
+    client reads them separately), then closes; keeps each request head it read."""
+
+    def __init__(self, pieces: list[bytes], host: str = "127.0.0.1") -> None:
+        self.pieces = pieces
+        self.heads: list[bytes] = []
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, 0), family=family)
+        self.port = self._sock.getsockname()[1]
+        bracketed = f"[{host}]" if ":" in host else host
+        self.url = f"http://{bracketed}:{self.port}/v1"
+        self._sock.settimeout(0.05)  # so the accept loop sees `_stop`
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> CannedServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(5)
+            with conn:
+                self._answer(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = conn.recv(65536)
+            if not more:
+                return
+            data += more
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            body += conn.recv(65536)
+        self.heads.append(head)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for piece in self.pieces:
+            conn.sendall(piece)
+            time.sleep(0.02)

@@ -49,7 +49,8 @@ def test_jsonl_prompts_keep_their_own_lengths(mock_process, tmp_path, fmt):
     own = sum(count_prompt_tokens([p]) for p in PROMPTS) / len(PROMPTS)
     # C=3 sends each prompt once, C=6 each twice: the level means are the file's own mean
     assert [lv["mean_prompt_tokens"] for lv in out["levels"]] == [pytest.approx(own)] * 2
-    assert out["measured_input_tokens"] is None  # not calibrated
+    assert out["measured_input_tokens"] == pytest.approx(own)  # what was sent, uncalibrated
+    assert not any("target" in w for w in out["warnings"])  # own lengths have no target
 
 
 def test_resume_rebuilds_the_same_prompts_and_refuses_a_changed_file(mock_process, tmp_path):

@@ -28,6 +28,8 @@ FAULTS = [
     ("drop", "dropped", 200, "server closed the connection before the response ended"),
     ("malformed", "malformed", 200, "event is not JSON"),
     ("stream_error", "stream_error", 200, "injected mid-stream failure"),
+    ("not_sse", "malformed", 200, "answered with application/json, not text/event-stream"),
+    ("close_on_receipt", "dropped", None, "server closed the connection before the response"),
 ]
 
 
@@ -51,13 +53,13 @@ def test_fault_is_stored_and_sweep_goes_on(mock_server, tmp_path, fault, kind, s
     assert "1 failed request(s)" in cap.levels[1].reason
 
 
-def test_stall_past_the_timeout(mock_server, tmp_path):
+def test_stall_past_the_request_timeout(mock_server, tmp_path):
     mock_server.configure(fault="stall", fault_match="-c1-r0-", stall_s=30)
-    _, run, records = sweep(mock_server, tmp_path, timeout_s=0.5)
+    _, run, records = sweep(mock_server, tmp_path, request_timeout_s=0.5)
     bad = [r for r in records if not r.ok]
-    assert [(b.error_kind, b.concurrency, b.round) for b in bad] == [("timeout", 1, 0)]
+    assert [(b.error_kind, b.concurrency, b.round) for b in bad] == [("request_timeout", 1, 0)]
     assert bad[0].latency_ms == pytest.approx(500, abs=100)
-    assert "no end of stream after 0.5 s" in bad[0].error_message
+    assert "no complete response within 0.5 s" in bad[0].error_message
     assert run["status"] == "complete" and len(records) == 6
 
 

@@ -1,6 +1,7 @@
 import pytest
 
 from harness.http1 import ProtocolError, ResponseParser
+from tests.harness.fixtures import splits
 
 CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -46,9 +47,39 @@ def test_eof_inside_chunked_body_is_not_done():
 
 @pytest.mark.parametrize(
     "data",
-    [b"SSH-2.0-OpenSSH\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n",
+    [b"SSH-2.0-OpenSSH\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n", b"HTTP/1.1 099 Low\r\n\r\n",
+     b"HTTP/1.1 2000 Long\r\n\r\n",
      b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"],
 )
 def test_garbage_is_a_protocol_error(data):
     with pytest.raises(ProtocolError):
         ResponseParser().feed(data)
+
+
+def feed_all(pieces: list[bytes]) -> tuple[ResponseParser, bytes]:
+    parser = ResponseParser()
+    return parser, b"".join(parser.feed(piece) for piece in pieces)
+
+
+INTERIM = (
+    b"HTTP/1.1 100 Continue\r\n\r\n"
+    b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+)
+
+
+def test_interim_1xx_heads_are_skipped_however_the_bytes_arrive():
+    for pieces in splits(INTERIM + CHUNKED):
+        parser, body = feed_all(pieces)
+        assert (parser.status, body, parser.done) == (200, b"hello world", True)
+        assert "link" not in parser.headers  # only the final head's headers are kept
+        assert parser.headers["content-type"] == "text/event-stream"
+
+
+def test_only_interim_heads_leave_the_response_open():
+    parser, body = feed_all([INTERIM])
+    assert (parser.status, body, parser.done) == (0, b"", False)
+
+
+def test_switching_protocols_unasked_is_a_protocol_error():
+    with pytest.raises(ProtocolError, match="101"):
+        ResponseParser().feed(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")

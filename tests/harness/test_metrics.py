@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from harness.metrics import (
@@ -5,7 +7,9 @@ from harness.metrics import (
     Targets,
     capacity,
     level_stats,
+    mean_prompt_tokens,
     point,
+    prompt_warning,
     quantile,
     stats_by_level,
     users,
@@ -83,3 +87,35 @@ def test_targets_factors_and_statistic_are_parameters():
 
 def test_users_floor():
     assert users(2, 1.5) == 3 and users(3, 1.5) == 4 and users(16, 4) == 64
+
+
+def test_a_pass_at_the_highest_tested_level_only_bounds_max_c():
+    cap = capacity([LevelPoint(1, 100, 50), LevelPoint(2, 200, 40)])
+    assert cap.max_c == 2
+    assert "Max C >= 2: no higher level was tested" in cap.warnings
+    bounded = capacity([LevelPoint(1, 100, 50), LevelPoint(2, 2000, 40)])
+    assert bounded.max_c == 1
+    assert not any(w.startswith("Max C >=") for w in bounded.warnings)  # C=2 was tested
+
+
+def test_level_prompt_tokens_are_what_successful_requests_sent():
+    records = [r for r in make_records() if r.concurrency == 2]
+    for i, r in enumerate(records):
+        r.input_tokens = 120 + i
+    records[0].error_kind, records[0].input_tokens = "dropped", 999  # a failure is not counted
+    records[1].input_tokens = None  # nor a request the server did not count
+    counted = [r.input_tokens for r in records[2:]]
+    stats = level_stats(2, records, 128)
+    assert stats.mean_prompt_tokens == pytest.approx(sum(counted) / len(counted))
+    assert mean_prompt_tokens(records) == stats.mean_prompt_tokens
+    assert mean_prompt_tokens([]) is None
+
+
+@pytest.mark.parametrize(("mean", "warned"), [(128.0, False), (134.0, False), (122.0, False),
+                                              (135.0, True), (121.0, True), (None, False)])
+def test_a_level_whose_prompts_miss_the_target_by_over_five_percent_is_warned(mean, warned):
+    stats = replace(level_stats(4, make_records(levels=(4,)), 128), mean_prompt_tokens=mean)
+    warning = prompt_warning(stats, 128)
+    assert (warning is not None) == warned
+    if warned:
+        assert warning.startswith("C=4:") and f"{mean:.1f}" in warning

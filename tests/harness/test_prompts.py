@@ -7,7 +7,7 @@ import pytest
 from harness import corpus
 from harness.config import RunConfig
 from harness.endpoint import Endpoint
-from harness.prompts import PromptFileError, RandomWords, load, spread
+from harness.prompts import PromptFileError, RandomWords, load, pieces, spread
 from harness.sweep import Sweep, calibration_ordinal
 
 KEY = "20261129-180121-2ecb-c1-r0-w0"
@@ -34,12 +34,23 @@ def test_text_prompts_are_windows_of_the_prose_with_distinct_starts():
     prose = " ".join(corpus.text().split())
     texts = [prompts.text(KEY, i) for i in range(300)]
     for t in texts[:50]:
-        assert len(t.split()) == 90
         assert t in prose + " " + prose  # consecutive words of the running text (circular)
         assert "2ecb" not in t  # no request key: its digits are n-grams nobody else sends
     assert len({" ".join(t.split()[:8]) for t in texts}) == len(texts)  # no shared openings
     assert texts == [load("text", seed=1).sized(90).text(KEY, i) for i in range(300)]
     assert load("text", seed=2).sized(90).text(KEY, 0) != texts[0]
+
+
+def test_text_windows_hold_the_pieces_of_their_word_count_on_average():
+    prompts = load("text", seed=3).sized(90)
+    texts = [prompts.text(KEY, i) for i in range(400)]
+    per_word = pieces(corpus.text()) / len(corpus.text().split())
+    budget = round(90 * per_word)
+    counts = [pieces(t) for t in texts]
+    assert all(0 <= c - budget < 10 for c in counts)  # cut at a piece count, one word over
+    words = [len(t.split()) for t in texts]
+    assert sum(words) / len(words) == pytest.approx(90, rel=0.05)  # `words` stays the mean
+    assert len(set(words)) > 1  # the word count is what varies
 
 
 def test_every_request_of_a_run_gets_its_own_prompt():

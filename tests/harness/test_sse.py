@@ -2,6 +2,12 @@ import pytest
 
 from harness.completion_stream import CompletionStream, StreamFault
 from harness.sse import SSEDecoder
+from tests.harness.fixtures import splits
+
+
+def decode(pieces: list[bytes]) -> list[bytes]:
+    dec = SSEDecoder()
+    return [event for piece in pieces for event in dec.feed(piece)]
 
 
 def test_events_split_across_reads_and_crlf():
@@ -17,6 +23,21 @@ def test_events_split_across_reads_and_crlf():
 def test_multiline_data_and_other_fields():
     events = SSEDecoder().feed(b"event: message\nid: 3\ndata: line1\ndata: line2\n\n")
     assert events == [b"line1\nline2"]
+
+
+def test_a_crlf_split_across_reads_is_one_line_break():
+    # a multi-line event: read as two line breaks, the CRLF after "line1" would end it early
+    raw = b"data: line1\r\ndata: line2\r\n\r\ndata: x\rdata: y\r\rdata: [DONE]\r\n\r\n"
+    for pieces in splits(raw):
+        assert decode(pieces) == [b"line1\nline2", b"x\ny", b"[DONE]"], pieces
+
+
+def test_exactly_one_space_is_stripped_after_the_colon():
+    raw = (b"data:  two\n\ndata:none\n\nid: 1\ndata:   three\n\n"
+           b"data\ndata: after-empty\n\ndata: \n\n")
+    expected = [b" two", b"none", b"  three", b"\nafter-empty", b""]
+    for pieces in splits(raw):
+        assert decode(pieces) == expected, pieces
 
 
 def chunk(delta: dict | None = None, text: str | None = None, usage=None, choices=True) -> bytes:
@@ -35,6 +56,16 @@ def chunk(delta: dict | None = None, text: str | None = None, usage=None, choice
     if usage is not None:
         obj["usage"] = usage
     return json.dumps(obj).encode()
+
+
+def test_tool_call_deltas_start_ttft_like_content():
+    s = CompletionStream()
+    s.add(chunk({"role": "assistant", "content": None}), 100)
+    call = {"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": ""}}
+    s.add(chunk({"tool_calls": [call]}), 250)
+    s.add(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q":'}}]}), 300)
+    assert (s.first_ns, s.chunks) == (250, 2)
 
 
 def test_ttft_starts_at_first_content_or_reasoning_delta():
@@ -57,12 +88,29 @@ def test_completions_text_and_null_usage():
 
 
 @pytest.mark.parametrize(
-    ("payload", "kind"),
-    [(b"{not json", "malformed"), (b"[1,2]", "malformed"),
-     (b'{"choices": "x"}', "malformed"),
-     (b'{"error": {"message": "engine died"}}', "stream_error")],
+    ("payload", "kind", "message"),
+    [(b"{not json", "malformed", "not JSON"), (b"[1,2]", "malformed", "not an object"),
+     (b'{"choices": "x"}', "malformed", "choices is not a list"),
+     (b'{"choices": {"0": {}}}', "malformed", "choices is not a list"),
+     (b'{"choices": ["x"]}', "malformed", r"choices\[0\] is not an object"),
+     (b'{"choices": [null]}', "malformed", r"choices\[0\] is not an object"),
+     (b'{"choices": [{"delta": "hi"}]}', "malformed", "delta is not an object"),
+     (b'{"choices": [{"delta": ["hi"]}]}', "malformed", "delta is not an object"),
+     (b'{"choices": [], "usage": "12"}', "malformed", "usage is not an object"),
+     (b'{"choices": [], "usage": [1]}', "malformed", "usage is not an object"),
+     (b'{"choices": [], "usage": {"completion_tokens": "5"}}', "malformed", "completion_tokens"),
+     (b'{"choices": [], "usage": {"prompt_tokens": 1.5}}', "malformed", "prompt_tokens"),
+     (b'{"choices": [{"delta": {}, "finish_reason": 1}]}', "malformed", "finish_reason"),
+     (b'{"error": {"message": "engine died"}}', "stream_error", "engine died")],
 )
-def test_broken_events_raise_with_kind(payload, kind):
-    with pytest.raises(StreamFault) as info:
+def test_broken_events_raise_with_kind(payload, kind, message):
+    with pytest.raises(StreamFault, match=message) as info:
         CompletionStream().add(payload, 1)
     assert info.value.kind == kind
+
+
+def test_empty_usage_and_choices_are_no_fault():
+    s = CompletionStream()
+    s.add(b'{"choices": [], "usage": null}', 1)
+    s.add(b'{"choices": null, "usage": {}}', 2)
+    assert (s.chunks, s.completion_tokens) == (0, None)

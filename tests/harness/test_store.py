@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import duckdb
 import pytest
@@ -34,6 +35,8 @@ def test_requests_round_trip(store):
 
 def test_levels_view_matches_metrics(store):
     records = make_records()
+    for i, r in enumerate(records):
+        r.input_tokens = 110 + i % 37  # prompt means that differ per level
     store.write_requests("run-a", records)
     view = store.levels("run-a")
     expected = stats_by_level(records, 128)
@@ -42,7 +45,8 @@ def test_levels_view_matches_metrics(store):
         for name in ("requests", "errors", "short_outputs"):
             assert row[name] == getattr(stats, name), name
         for name in ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tps",
-                     "p50_tps", "p10_tps", "p1_tps", "mean_output_tokens", "throughput_tps"):
+                     "p50_tps", "p10_tps", "p1_tps", "mean_output_tokens", "mean_prompt_tokens",
+                     "throughput_tps"):
             assert row[name] == pytest.approx(getattr(stats, name), rel=1e-6), name
 
 
@@ -108,3 +112,55 @@ def test_write_waits_for_a_lock_held_by_another_process(store):
     assert time.monotonic() - start > 0.3  # it waited for the other writer, then wrote
     holder.wait(5)
     assert len(store.requests("run-a")) == 3
+
+
+# The schema as engram-bench wrote it before measured_input_tokens became a mean (DOUBLE) and
+# requests gained `retried`.
+OLD_SCHEMA = """
+CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, started_at TIMESTAMP, finished_at TIMESTAMP,
+    status VARCHAR, device VARCHAR, engine VARCHAR, model VARCHAR, table_placement VARCHAR,
+    target_url VARCHAR, api VARCHAR, mode VARCHAR, levels INTEGER[], rounds INTEGER,
+    input_tokens INTEGER, output_tokens INTEGER, measured_input_tokens INTEGER, label VARCHAR,
+    config VARCHAR, host VARCHAR, version VARCHAR, error VARCHAR);
+CREATE TABLE requests (run_id VARCHAR, concurrency INTEGER, round INTEGER, worker INTEGER,
+    request_id VARCHAR, sent_at TIMESTAMP, ttft_ms DOUBLE, latency_ms DOUBLE,
+    output_tokens INTEGER, output_tokens_estimated BOOLEAN, input_tokens INTEGER,
+    chunks INTEGER, max_gap_ms DOUBLE, finish_reason VARCHAR, ok BOOLEAN, error_kind VARCHAR,
+    error_message VARCHAR, http_status INTEGER);
+CREATE TABLE server_stats (run_id VARCHAR, concurrency INTEGER, before VARCHAR, after VARCHAR,
+    recorded_at TIMESTAMP);
+CREATE VIEW levels AS SELECT run_id, concurrency, count(*) AS requests FROM requests GROUP BY ALL;
+INSERT INTO runs (run_id, status, levels, rounds, output_tokens, measured_input_tokens, config)
+    VALUES ('old', 'complete', [1], 1, 128, 127, '{}');
+INSERT INTO requests VALUES ('old', 1, 0, 0, 'old-c1-r0-w0', TIMESTAMP '2026-01-01 00:00:00',
+    50.0, 900.0, 128, false, 141, 128, 9.0, 'length', true, NULL, NULL, 200);
+"""
+
+
+@pytest.mark.parametrize("first_use", ["read", "write"])
+def test_a_database_of_the_old_schema_is_upgraded_when_opened(tmp_path, first_use):
+    path = tmp_path / "old.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute(OLD_SCHEMA)
+    store = Store(path)
+    if first_use == "read":  # `summary`, `export` and the explorer only read
+        assert store.run("old")["measured_input_tokens"] == 127
+    else:  # `run` initialises the file first
+        store.initialise()
+    [old] = store.requests("old")
+    assert old.input_tokens == 141 and old.ok and old.retried is None
+    assert store.levels("old")[0]["mean_prompt_tokens"] == 141
+    store.update_run("old", measured_input_tokens=140.25)  # a mean keeps its fraction
+    assert store.run("old")["measured_input_tokens"] == 140.25
+    store.write_requests("old", [replace(old, request_id="old-c1-r1-w0", round=1)])
+    assert len(Store(path).requests("old")) == 2
+
+
+def test_a_silent_resend_is_stored_and_exported(store, tmp_path):
+    records = make_records(levels=(1,))
+    records[1].retried = "dropped"
+    store.write_requests("run-a", records)
+    assert [r.retried for r in store.requests("run-a")] == [None, "dropped", None]
+    [_, path] = store.export(tmp_path / "out", "run-a", "csv")
+    with open(path) as f:
+        assert [row["retried"] for row in csv.DictReader(f)] == ["", "dropped", ""]
