@@ -15,23 +15,26 @@ if len(selected) < 2:
     st.info("Pick two or more runs; measured and published runs can be mixed.")
 else:
     levels = ui.levels_for(selected)
-    targets = ui.targets()
-    caps = data.capacity_table(levels, targets)
-    passing = set()
-    for run_id, pts in data.points(levels, targets.statistic).items():
-        passing |= {(run_id, v.concurrency) for v in capacity(pts, targets).levels if v.passes}
-    left, right = st.columns(2)
-    left.plotly_chart(charts.metric_vs_c(
-        levels, "mean_ttft_ms", targets.ttft_max_ms, "TTFT target", passing, "mean TTFT (ms)",
-        labels), width="stretch")
-    right.plotly_chart(charts.metric_vs_c(
-        levels, "mean_tps", targets.tps_min, "TPS target", passing,
-        "mean TPS per request (tok/s)", labels), width="stretch")
-    fig, diff = charts.percent_difference(levels, selected[0], labels)
-    st.subheader(f"Difference against {labels[selected[0]]}")
-    st.plotly_chart(fig, width="stretch")
-    st.dataframe(diff, hide_index=True, width="stretch")
-    st.subheader("Capacity")
-    st.dataframe(caps, hide_index=True, width="stretch")
-    ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
-                "compare_levels")
+    if levels.empty:
+        st.info("The chosen runs have stored no finished round yet.")
+    else:
+        targets = ui.targets()
+        caps = data.capacity_table(levels, targets)
+        passing = set()
+        for run_id, pts in data.points(levels, targets.statistic).items():
+            passing |= {(run_id, v.concurrency) for v in capacity(pts, targets).levels if v.passes}
+        left, right = st.columns(2)
+        left.plotly_chart(charts.metric_vs_c(
+            levels, "mean_ttft_ms", targets.ttft_max_ms, "TTFT target", passing, "mean TTFT (ms)",
+            labels), width="stretch")
+        right.plotly_chart(charts.metric_vs_c(
+            levels, "mean_tps", targets.tps_min, "TPS target", passing,
+            "mean TPS per request (tok/s)", labels), width="stretch")
+        fig, diff = charts.percent_difference(levels, selected[0], labels)
+        st.subheader(f"Difference against {labels[selected[0]]}")
+        st.plotly_chart(fig, width="stretch")
+        st.dataframe(diff, hide_index=True, width="stretch")
+        st.subheader("Capacity")
+        st.dataframe(caps, hide_index=True, width="stretch")
+        ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
+                    "compare_levels")

@@ -7,6 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from explorer import data
 from harness.metrics import Targets
+from harness.store import Store
 from tests.explorer import fixtures
 
 APP = str(Path(__file__).resolve().parents[2] / "explorer" / "app.py")
@@ -146,3 +147,19 @@ def test_downloads_carry_the_rows_they_announce(fixture_db):
     caps = data.capacity_table(levels, Targets())
     assert dict(zip(caps["run_id"], caps["max_c"], strict=True)) == {
         "fixture-mem": 4, "fixture-nvme": 2}
+
+
+@pytest.mark.parametrize("page", ["views/run.py", "views/compare.py"])
+def test_a_run_with_no_finished_round_renders_a_note(monkeypatch, tmp_path, page):
+    """A bench has created its run but stored no round yet: the explorer says so."""
+    db = tmp_path / "fresh.duckdb"
+    store = Store(db)
+    store.initialise()
+    for run_id in ("20261129-000000-aaaa", "20261129-000001-bbbb"):
+        store.create_run(run_id, {"model": "m", "levels": [1, 2], "rounds": 3})
+    at = app(monkeypatch, db, page)
+    if page == "views/compare.py":
+        at.multiselect(key="compare_runs").set_value(
+            ["20261129-000000-aaaa", "20261129-000001-bbbb"]).run()
+    assert not at.exception
+    assert any("no finished round" in info.value for info in at.info)
