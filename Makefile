@@ -34,7 +34,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
   $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
   $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY)) \
-  $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-gb $(TABLE_GB)) \
+  $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-size-gb $(TABLE_GB)) \
   $(if $(CACHE_RATIO),--cache-ratio $(CACHE_RATIO)) \
   $(if $(PAGE_CACHE_GB),--page-cache-gb $(PAGE_CACHE_GB)) \
   $(if $(CACHE_STATE),--cache-state $(CACHE_STATE)) $(if $(PROMPTS),--prompts "$(PROMPTS)")

@@ -2,34 +2,84 @@
 
 The fake server (its own process) logs per request when it read the body and when it wrote
 the first and last token, on `time.perf_counter` (CLOCK_MONOTONIC, shared by processes on
-Linux). For each level we print harness TTFT minus the server's TTFT (bias), the relative TPS
-error, and the harness's CPU time per streamed chunk.
+Linux). For each level we print client TTFT minus the server's TTFT (bias), the relative TPS
+error, and the client's CPU time per streamed chunk, for four clients run one after another
+at every level against the same server process (the order rotates from level to level, so
+drift hits all alike):
+
+- `harness`: the harness with its progress bar off (`--no-progress`, or stderr not a terminal);
+- `harness+bar`: the harness as `make bench` runs in a terminal, with the progress bar drawn
+  on a pseudo-terminal that a `cat` process drains (the terminal emulator's stand-in); the
+  bar's renderer is a process of its own (harness.progress), whose CPU is printed below;
+- `bar-thread`: the same with the bar drawn as it was before, by rich's refresh thread (10
+  frames/s) inside the timing process: what moving it out changed;
+- `httpx`, `aiohttp`: a plain streaming client written with that library
+  (`AsyncClient.stream` / `ClientSession.post`, iterate lines, `json.loads` each `data:`
+  event, TTFT at the first content delta, TPS = usage completion tokens / total time), on
+  the same event loop, with a pool of C connections opened before the level's clock like
+  the harness's.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import fcntl
+import json
+import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
+import aiohttp
 import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness import aio
 from harness.config import RunConfig
 from harness.endpoint import Endpoint
-from harness.metrics import quantile
+from harness.metrics import LevelStats, quantile
 from harness.progress import LevelProgress
+from harness.prompts import load
 from harness.records import RequestRecord
 from harness.session import RunResult, execute, new_run_id
 from harness.store import Store
+from harness.workload import payload
 from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
 BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
+ARMS = ("harness", "harness+bar", "bar-thread", "httpx", "aiohttp")
+HARNESS_ARMS = ("harness", "harness+bar")  # the targets are the harness's; the rest is context
+MODEL = "mock-model"
+
+
+@dataclass(slots=True)
+class Sample:
+    """One request as a client saw it; times on the monotonic clock the server logs on."""
+
+    request_id: str
+    sent_mono: float  # s
+    ttft_ms: float | None
+    tps: float | None
+
+
+@dataclass(slots=True)
+class Measured:
+    samples: list[Sample]
+    cpu_s: float  # process CPU over the level, every thread of the client's process
+    chunks: int  # content deltas received
+    renderer_cpu_s: float | None = None  # the bar's own process, over the level
 
 
 def _start_server(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
@@ -43,6 +93,231 @@ def _start_server(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
     return proc
 
 
+@contextmanager
+def _terminal(columns: int = 120, rows: int = 40) -> Iterator[TextIO]:
+    """A pseudo-terminal whose output a `cat` process reads and discards, as a terminal
+    emulator would: the progress bar is drawn exactly as on a user's terminal."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    drain = subprocess.Popen(["cat"], stdin=master, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # EIO once the terminal closes
+    os.close(master)
+    tty = os.fdopen(slave, "w")
+    try:
+        yield tty
+    finally:
+        tty.close()
+        drain.wait(5)
+
+
+class _MeteredBar(LevelProgress):
+    """The harness's progress bar, with the CPU its renderer process spends over a level."""
+
+    renderer_cpu_s = 0.0
+    _cpu0 = 0.0
+
+    def start_level(self, concurrency: int, total: int) -> None:
+        super().start_level(concurrency, total)  # returns once the renderer is up
+        self._cpu0 = _process_cpu(self.renderer_pid)
+
+    def end_level(self, stats: LevelStats) -> None:
+        pid = self.renderer_pid
+        super().end_level(stats)  # returns once the last frame is drawn
+        self.renderer_cpu_s = _process_cpu(pid) - self._cpu0
+
+
+def _process_cpu(pid: int | None) -> float:
+    """CPU seconds of another process, on its CPU-time clock (Linux: ~pid << 3 | SCHED)."""
+    assert pid is not None, "the bar has no renderer process"
+    return time.clock_gettime(((~pid) << 3) | 2)
+
+
+class _ThreadBar(LevelProgress):
+    """The bar as drawn before: rich's refresh thread (10 frames/s) in the timing process,
+    its figures formatted as each request ends."""
+
+    def __init__(self, file: TextIO) -> None:
+        super().__init__(enabled=False)  # no renderer process: this class draws
+        self.console = Console(file=file)
+        self.enabled = self.live = True
+        self._bar: Progress | None = None
+        self._task = None
+
+    def start_level(self, concurrency: int, total: int) -> None:
+        super().start_level(concurrency, total)
+        self._bar = Progress(TextColumn(f"C={concurrency:<4}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[figures]}"), TimeElapsedColumn(),
+                             console=self.console, transient=False)
+        self._bar.start()
+        self._task = self._bar.add_task("level", total=total, figures="")
+
+    def advance(self, record: RequestRecord) -> None:
+        super().advance(record)
+        if self._bar is not None and self._task is not None:
+            figures = (f"TTFT {self._ttft_sum / self._ok:7.1f} ms  "
+                       f"TPS {self._tps_sum / self._ok:6.1f}") if self._ok else ""
+            if self._errors:
+                figures += f"  errors {self._errors}"
+            self._bar.update(self._task, advance=1, figures=figures)
+
+    def end_level(self, stats: LevelStats) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+# -- the harness ----------------------------------------------------------------------------
+
+async def _harness(url: str, c: int, args: argparse.Namespace, store: Store,
+                   progress: LevelProgress) -> Measured:
+    config = RunConfig(url=url, model=MODEL, levels=(c,), rounds=args.rounds,
+                       output_tokens=args.tokens, warmup=4)
+    result = await execute(config, Endpoint(url), store, progress, new_run_id())
+    outcome = result.outcomes[0]
+    samples = [Sample(r.request_id, _sent_mono(r, result), r.ttft_ms, r.tps)
+               for r in outcome.records if r.ok]
+    return Measured(samples, outcome.cpu_s, outcome.chunks)
+
+
+def _sent_mono(record: RequestRecord, result: RunResult) -> float:
+    """The send time on the monotonic clock: the record's wall time minus the run anchor."""
+    return record.sent_at - result.clock.anchor_wall + result.clock.anchor_ns / 1e9
+
+
+# -- plain library clients ------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Stream:
+    """What a plain client keeps of one streamed completion."""
+
+    first_ns: int = 0
+    chunks: int = 0
+    completion_tokens: int | None = None
+
+    def line(self, line: str) -> None:
+        if not line.startswith("data:"):
+            return
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        obj = json.loads(data)
+        if obj.get("usage"):
+            self.completion_tokens = obj["usage"]["completion_tokens"]
+        choices = obj.get("choices")
+        if choices:
+            delta = choices[0].get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content"):
+                if not self.chunks:
+                    self.first_ns = time.perf_counter_ns()
+                self.chunks += 1
+
+
+OneRequest = Callable[[dict, str], Awaitable[_Stream]]
+Close = Callable[[], Awaitable[None]]
+
+
+async def _httpx_client(url: str, c: int) -> tuple[OneRequest, Close]:
+    client = httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=c, max_keepalive_connections=c),
+        timeout=httpx.Timeout(120), trust_env=False,
+    )
+
+    async def one(body: dict, request_id: str) -> _Stream:
+        stream = _Stream()
+        async with client.stream("POST", f"{url}/chat/completions", json=body,
+                                 headers={"X-Request-Id": request_id}) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                stream.line(line)
+        return stream
+
+    return one, client.aclose
+
+
+async def _aiohttp_client(url: str, c: int) -> tuple[OneRequest, Close]:
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c),
+                                    timeout=aiohttp.ClientTimeout(total=120))
+
+    async def one(body: dict, request_id: str) -> _Stream:
+        stream = _Stream()
+        async with session.post(f"{url}/chat/completions", json=body,
+                                headers={"X-Request-Id": request_id}) as response:
+            response.raise_for_status()
+            async for line in response.content:
+                stream.line(line.decode())
+        return stream
+
+    return one, session.close
+
+
+async def _library(kind: str, url: str, c: int, args: argparse.Namespace) -> Measured:
+    """Closed loop like the harness's: C workers, `rounds` requests each, back to back."""
+    one, close = await (_httpx_client if kind == "httpx" else _aiohttp_client)(url, c)
+    prompts = load("words").sized(100)
+    tag = f"{kind}-{new_run_id()}"
+
+    def body(request_id: str, ordinal: int, tokens: int) -> dict:
+        return payload("chat", MODEL, prompts.text(request_id, ordinal), tokens, 0.0)
+
+    try:
+        # open C connections before the clock starts, as the harness does
+        await asyncio.gather(*(one(body(f"{tag}-warm{w}", -1 - w, 1), f"{tag}-warm{w}")
+                               for w in range(c)))
+        samples: list[Sample] = []
+        chunks = 0
+
+        async def worker(w: int) -> None:
+            nonlocal chunks
+            for rnd in range(args.rounds):
+                request_id = f"{tag}-c{c}-r{rnd}-w{w}"
+                request = body(request_id, rnd * c + w, args.tokens)
+                sent_ns = time.perf_counter_ns()
+                stream = await one(request, request_id)
+                end_ns = time.perf_counter_ns()
+                chunks += stream.chunks
+                ttft = (stream.first_ns - sent_ns) / 1e6 if stream.chunks else None
+                tps = (stream.completion_tokens / ((end_ns - sent_ns) / 1e9)
+                       if stream.completion_tokens else None)
+                samples.append(Sample(request_id, sent_ns / 1e9, ttft, tps))
+
+        cpu0 = time.process_time()
+        await asyncio.gather(*(worker(w) for w in range(c)))
+        cpu_s = time.process_time() - cpu0
+    finally:
+        await close()
+    return Measured(samples, cpu_s, chunks)
+
+
+# -- the run --------------------------------------------------------------------------------
+
+async def _measure(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
+                   args: argparse.Namespace, tty: TextIO) -> dict[tuple[int, str], Measured]:
+    measured: dict[tuple[int, str], Measured] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "bench.duckdb")
+        store.initialise()
+        for i, c in enumerate(levels):
+            for arm in arms[i % len(arms):] + arms[:i % len(arms)]:
+                if arm == "harness":
+                    m = await _harness(url, c, args, store, LevelProgress(enabled=False))
+                elif arm in ("harness+bar", "bar-thread"):
+                    progress = _MeteredBar(file=tty) if arm == "harness+bar" else _ThreadBar(tty)
+                    assert progress.live, "the bar must draw on the pseudo-terminal"
+                    try:
+                        m = await _harness(url, c, args, store, progress)
+                    finally:
+                        progress.stop()
+                    if isinstance(progress, _MeteredBar):
+                        m.renderer_cpu_s = progress.renderer_cpu_s
+                else:
+                    m = await _library(arm, url, c, args)
+                measured[c, arm] = m
+    return measured
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,8,32,128")
@@ -50,67 +325,78 @@ def main() -> int:
     parser.add_argument("--ttft-ms", type=float, default=150)
     parser.add_argument("--itl-ms", type=float, default=8)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--clients", default=",".join(ARMS),
+                        help=f"which of {', '.join(ARMS)} to run")
     args = parser.parse_args()
     levels = tuple(int(c) for c in args.levels.split(","))
+    arms = tuple(a for a in args.clients.split(",") if a)
+    if unknown := set(arms) - set(ARMS):
+        parser.error(f"unknown client(s): {', '.join(sorted(unknown))}")
     port = free_port()
     server = _start_server(port, args.ttft_ms, args.itl_ms)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            store = Store(Path(tmp) / "bench.duckdb")
-            store.initialise()
-            config = RunConfig(url=url, model="mock-model", levels=levels, rounds=args.rounds,
-                               output_tokens=args.tokens, warmup=4)
-            result = aio.run(execute(config, Endpoint(url), store,
-                                     LevelProgress(enabled=False), new_run_id()))
+        with _terminal() as tty:
+            measured = aio.run(_measure(url, levels, arms, args, tty))
         timings = {t["request_id"]: t for t in httpx.get(f"{url[:-3]}/mock/timings").json()}
     finally:
         server.terminate()
         server.wait(5)
 
     print(f"fake server: ttft {args.ttft_ms:g} ms, itl {args.itl_ms:g} ms, {args.tokens} tokens; "
-          f"{args.rounds} rounds per level, closed loop; harness on "
-          f"{'uvloop' if 'uvloop' in sys.modules else 'asyncio'}")
-    header = (f"{'C':>4} {'reqs':>5} {'bias mean':>10} {'bias p50':>9} {'bias p99':>9} "
-              f"{'send lag':>9} {'recv lag':>9} {'TPS err':>8} {'TPS max':>8} "
+          f"{args.rounds} rounds per level, closed loop; clients interleaved per level on "
+          f"{'uvloop' if 'uvloop' in sys.modules else 'asyncio'}; httpx {httpx.__version__}, "
+          f"aiohttp {aiohttp.__version__}")
+    header = (f"{'C':>4} {'client':<12} {'reqs':>5} {'bias mean':>10} {'bias p50':>9} "
+              f"{'bias p99':>9} {'send lag':>9} {'recv lag':>9} {'TPS err':>8} {'TPS max':>8} "
               f"{'CPU/chunk':>10}  verdict")
     print(header)
     print("-" * len(header))
     failed = False
-    for outcome in result.outcomes:
-        c = outcome.concurrency
-        bias, send_lag, recv_lag, tps_err = [], [], [], []
-        for r in outcome.records:
-            t = timings[r.request_id]
-            server_ttft = (t["first_write"] - t["body_read"]) * 1000
-            bias.append(r.ttft_ms - server_ttft)
-            send_lag.append((t["body_read"] - _sent_mono(r, result)) * 1000)
-            recv_lag.append(bias[-1] - send_lag[-1])
-            server_tps = t["tokens"] / (t["last_write"] - t["body_read"])
-            tps_err.append((r.tps - server_tps) / server_tps * 100)
-        cpu_us = outcome.cpu_s / max(outcome.chunks, 1) * 1e6
-        mean_bias = statistics.fmean(bias)
-        missed = []
-        if mean_bias > BIAS_TARGET_MS.get(c, 5.0):
-            missed.append("TTFT bias")
-        if c <= 32 and max(abs(e) for e in tps_err) > 0.5:
-            missed.append("TPS error")
-        if c >= 32 and cpu_us > 40:
-            missed.append("CPU/chunk")
-        verdict = f"MISSES {', '.join(missed)}" if missed else "meets targets"
-        failed |= bool(missed)
-        print(f"{c:>4} {len(bias):>5} {mean_bias:>8.2f}ms {quantile(bias, .5):>7.2f}ms "
-              f"{quantile(bias, .99):>7.2f}ms {statistics.fmean(send_lag):>7.2f}ms "
-              f"{statistics.fmean(recv_lag):>7.2f}ms {statistics.fmean(tps_err):>+7.2f}% "
-              f"{max(abs(e) for e in tps_err):>7.2f}% {cpu_us:>8.1f}us  {verdict}")
-    print("targets: bias <= 1 ms at C<=8, <= 2 ms at C=32, <= 5 ms at C=128; "
+    for c in levels:
+        for n, arm in enumerate(arms):
+            missed = _row(c if n == 0 else None, arm, c, measured[c, arm], timings,
+                          args.rounds)
+            failed |= bool(missed) and arm in HARNESS_ARMS
+    renderer = [(c, measured[c, "harness+bar"]) for c in levels if (c, "harness+bar") in measured]
+    if renderer:
+        print("harness+bar, the bar's own process (not in CPU/chunk above): " + ", ".join(
+            f"C={c} {m.renderer_cpu_s * 1e3:.0f} ms ({m.renderer_cpu_s / m.chunks * 1e6:.1f} us"
+            f"/chunk)" for c, m in renderer))
+    print("targets (harness rows): bias <= 1 ms at C<=8, <= 2 ms at C=32, <= 5 ms at C=128; "
           "|TPS error| <= 0.5% up to C=32; <= 40 us CPU per chunk at C >= 32")
     return 1 if failed else 0
 
 
-def _sent_mono(record: RequestRecord, result: RunResult) -> float:
-    """The send time on the monotonic clock: the record's wall time minus the run anchor."""
-    return record.sent_at - result.clock.anchor_wall + result.clock.anchor_ns / 1e9
+def _row(shown_c: int | None, arm: str, c: int, m: Measured, timings: dict,
+         rounds: int) -> list[str]:
+    bias, send_lag, recv_lag, tps_err = [], [], [], []
+    for s in m.samples:
+        t = timings[s.request_id]
+        server_ttft = (t["first_write"] - t["body_read"]) * 1000
+        bias.append(s.ttft_ms - server_ttft)
+        send_lag.append((t["body_read"] - s.sent_mono) * 1000)
+        recv_lag.append(bias[-1] - send_lag[-1])
+        server_tps = t["tokens"] / (t["last_write"] - t["body_read"])
+        tps_err.append((s.tps - server_tps) / server_tps * 100)
+    cpu_us = m.cpu_s / max(m.chunks, 1) * 1e6
+    mean_bias = statistics.fmean(bias)
+    missed = []
+    if len(bias) < c * rounds:
+        missed.append(f"{c * rounds - len(bias)} failed")
+    if mean_bias > BIAS_TARGET_MS.get(c, 5.0):
+        missed.append("TTFT bias")
+    if c <= 32 and max(abs(e) for e in tps_err) > 0.5:
+        missed.append("TPS error")
+    if c >= 32 and cpu_us > 40:
+        missed.append("CPU/chunk")
+    verdict = f"MISSES {', '.join(missed)}" if missed else "meets targets"
+    label = f"{shown_c:>4}" if shown_c is not None else " " * 4
+    print(f"{label} {arm:<12} {len(bias):>5} {mean_bias:>8.2f}ms {quantile(bias, .5):>7.2f}ms "
+          f"{quantile(bias, .99):>7.2f}ms {statistics.fmean(send_lag):>7.2f}ms "
+          f"{statistics.fmean(recv_lag):>7.2f}ms {statistics.fmean(tps_err):>+7.2f}% "
+          f"{max(abs(e) for e in tps_err):>7.2f}% {cpu_us:>8.1f}us  {verdict}")
+    return missed
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ class LevelProgress:
             ttft = f"{stats.mean_ttft_ms:.1f}" if stats.mean_ttft_ms is not None else "-"
             tps = f"{stats.mean_tps:.1f}" if stats.mean_tps is not None else "-"
             print(f"C={stats.concurrency}: {stats.requests} requests, mean TTFT {ttft} ms, "
-                  f"mean TPS {tps}, errors {stats.errors}", file=sys.stderr, flush=True)
+                  f"mean TPS {tps}, errors {stats.errors}", file=self._file or sys.stderr,
+                  flush=True)
 
     def stop(self) -> None:
         """Leave the bar as it stands and end the renderer (Ctrl-C, end of run)."""
