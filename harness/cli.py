@@ -27,6 +27,7 @@ from harness.config import (
     parse_levels,
 )
 from harness.endpoint import API_PATHS, Endpoint, EndpointError
+from harness.help_format import DefaultsHelp
 from harness.metrics import STATISTICS, Targets, stats_by_level
 from harness.prompts import BUILTIN, PromptFileError, load
 from harness.report import (
@@ -50,18 +51,6 @@ EXIT_ABORTED = 130
 
 class UserError(Exception):
     """Anything the user can fix; printed as one sentence, exit 2."""
-
-
-class DefaultsHelp(argparse.HelpFormatter):
-    """Every option's help ends with its default; an option whose default is None or whose
-    help already says what happens by default is left as written."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if (not action.option_strings or "default" in text or action.default is None
-                or action.default is argparse.SUPPRESS):
-            return action.help
-        return f"{text} (default: %(default)s)"
 
 
 def _levels(text: str) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ handshake, so the finished bar is on screen before anything else is printed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import select
@@ -100,6 +101,7 @@ class LevelProgress:
         proc, self._renderer = self._renderer, None
         if proc is None:
             return
+        atexit.unregister(self.stop)
         assert proc.stdin is not None and proc.stdout is not None
         with contextlib.suppress(OSError):
             proc.stdin.close()
@@ -129,6 +131,7 @@ class LevelProgress:
             return
         assert self._renderer.stdin is not None
         os.set_blocking(self._renderer.stdin.fileno(), False)
+        atexit.register(self.stop)  # a run that ends without stop() still leaves a tidy bar
 
     def _figures(self, kind: str) -> str:
         return (f"{kind} {self._ok + self._errors} {self._ok} {self._errors} "
@@ -186,6 +189,7 @@ class LevelProgress:
         self.live = False
         proc, self._renderer = self._renderer, None
         if proc is not None:
+            atexit.unregister(self.stop)
             proc.kill()
             proc.wait()
             self.console.show_cursor(True)

@@ -7,18 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from harness.help_format import DefaultsHelp
 from runners.profiles import PROFILES, UnknownDevice, profile
-
-
-class DefaultsHelp(argparse.HelpFormatter):
-    """Every option's help ends with its default, unless it is None or the help says it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if (not action.option_strings or "default" in text or action.default is None
-                or action.default is argparse.SUPPRESS):
-            return action.help
-        return f"{text} (default: %(default)s)"
 
 
 def build_parser() -> argparse.ArgumentParser:
