@@ -332,6 +332,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "
               f"(continue with --resume {run_id})", file=sys.stderr)
         return EXIT_ABORTED
+    finally:
+        progress.stop()  # idempotent; an error's message is printed after the bar ends
     return _show(store, run_id, targets, args.json, console)
 
 

@@ -206,6 +206,8 @@ def _render(refresh_per_second: float) -> None:
     )
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it ends us
+    with contextlib.suppress(OSError):
+        os.nice(19)  # the bar waits when the harness or a local server wants the CPU
     console = Console(stderr=True)
     out = sys.stdout.buffer
     out.write(b"ready\n")
