@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--api-key", help="bearer token clients must send (default: none)")
     p.add_argument("--max-running", type=int, help="default: the profile's")
+    p.add_argument("--request-log", type=Path, metavar="FILE",
+                   help="append one JSON line per finished request: received, admitted, first "
+                        "and last token written, finished (time.monotonic() seconds, the clock "
+                        "of perf_counter), token counts, status, the client's X-Request-Id")
     p.add_argument("--threads", type=int,
                    help="CPU compute threads (default: all cores but one, which is left to the "
                         "HTTP loop, the table gathers and a load generator on the same host)")
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             page_cache_gib=args.page_cache_gb, cache_state=args.cache_state,
             decode=args.decode, page_reads=args.page_reads,
             max_running=args.max_running or prof.max_running_requests,
-            prefetch=not args.no_prefetch,
+            prefetch=not args.no_prefetch, request_log=args.request_log,
         )
         runtime = Runtime(options)
     except (ServerConfigError, OSError) as exc:

@@ -9,25 +9,35 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
-from runners.engram.protocol import APIError, ChatRequest, CompletionRequest, TokenizeRequest
+from runners.engram.protocol import (
+    APIError,
+    ChatRequest,
+    CompletionRequest,
+    TokenizeRequest,
+    reject_unsupported,
+)
 from runners.engram.runtime import Runtime
 from runners.engram.table_store import TableCacheError
 
 MAX_BODY = 1024 * 1024
+M = TypeVar("M", bound=BaseModel)
 
 
 def _error(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-async def _parse(request: Request, model: type[BaseModel]) -> BaseModel:
+async def _json_body(request: Request) -> dict:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise APIError(400, f"the request body exceeds {MAX_BODY} bytes")
@@ -40,12 +50,18 @@ async def _parse(request: Request, model: type[BaseModel]) -> BaseModel:
         raise APIError(400, "the request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
+    return data
+
+
+def _validate(model: type[M], data: dict) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise APIError(400, f"{where}: {first['msg']}", param=where) from None
+        # our own validators' sentences, without pydantic's "Value error, " in front
+        message = str(first["ctx"]["error"]) if first["type"] == "value_error" else first["msg"]
+        raise APIError(400, f"{where}: {message}", param=where) from None
 
 
 def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
@@ -55,6 +71,13 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return _error(exc)
+
+    @app.exception_handler(HTTPException)
+    async def routing_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """Unknown path (404), wrong method (405): OpenAI error objects too, not {"detail"}."""
+        return _error(APIError(exc.status_code,
+                               f"{exc.detail} ({request.method} {request.url.path})",
+                               code=None, headers=exc.headers))
 
     @app.middleware("http")
     async def check_key(request: Request,
@@ -67,15 +90,16 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
 
     async def generate(request: Request,
                        model: type[ChatRequest] | type[CompletionRequest]) -> Response:
-        req = await _parse(request, model)
-        seq = serving.sequence(req)
-        queue = serving.start(seq)
-        pieces = serving.pieces(seq, queue, req.stop_strings)
+        data = await _json_body(request)
+        reject_unsupported(data)
+        req = _validate(model, data)
+        x_request_id = request.headers.get("x-request-id")
+        call = serving.start(req, time.monotonic(), x_request_id)
+        echo = {"X-Request-Id": x_request_id} if x_request_id else {}
         if req.stream:
-            return StreamingResponse(serving.stream(req, seq, pieces),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return JSONResponse(await serving.complete(req, seq, pieces))
+            return StreamingResponse(serving.stream(call), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", **echo})
+        return JSONResponse(await serving.complete(call), headers=echo)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -93,7 +117,7 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict:
-        req = await _parse(request, TokenizeRequest)
+        req = _validate(TokenizeRequest, await _json_body(request))
         if req.messages:
             ids = serving.tokenizer.chat_prompt([m.model_dump() for m in req.messages])
         elif req.prompt is not None:

@@ -6,7 +6,8 @@ layer's rows are submitted to the table store as their own gather before layer 0
 the 13 layers before it. With `prefetch=False` each layer's gather starts only at that layer
 (the ablation). The next token is sampled from the logits, or with `decode="replay"` taken
 from a natural text (runners.engram.replay) while the logits are still computed. Tokens leave
-through a callback (the API layer hands them to asyncio with call_soon_threadsafe).
+through a callback (the API layer hands them to asyncio with call_soon_threadsafe); an
+optional admit hook gets the monotonic time a request's prefill is scheduled (its queue time).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from runners.engram.table_store import Gather, TableStore
 
 # token id (None when finished), finish reason (None while running)
 OnToken = Callable[[int | None, str | None], None]
+# the time.monotonic() at which the request's prefill step was scheduled (its queue time ends)
+OnAdmit = Callable[[float], None]
 DECODE_MODES = ("sample", "replay")
 
 
@@ -85,6 +88,7 @@ class Engine:
         # every layer's key exists from the start: /stats may copy the dict from another thread
         self.stats = EngineStats(engram_wait_ms_by_layer=dict.fromkeys(geometry.layers, 0.0))
         self._callbacks: dict[str, OnToken] = {}
+        self._on_admit: dict[str, OnAdmit] = {}
         self._wake = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="engram-engine", daemon=True)
@@ -99,12 +103,14 @@ class Engine:
             self._wake.notify()
         self._thread.join(10)
 
-    def submit(self, seq: Sequence, on_token: OnToken) -> bool:
+    def submit(self, seq: Sequence, on_token: OnToken, on_admit: OnAdmit | None = None) -> bool:
         """Queue a request; False when the waiting queue is full."""
         with self._wake:
             if not self.scheduler.add(seq):
                 return False
             self._callbacks[seq.request_id] = on_token
+            if on_admit is not None:
+                self._on_admit[seq.request_id] = on_admit
             self._wake.notify()
         return True
 
@@ -112,6 +118,7 @@ class Engine:
         """A disconnected client: no more tokens; the next step frees its slot."""
         with self._wake:
             seq.cancelled = True
+            self._on_admit.pop(seq.request_id, None)
             if self._callbacks.pop(seq.request_id, None) is not None:
                 self.stats.requests_cancelled += 1
             self._wake.notify()
@@ -132,6 +139,10 @@ class Engine:
                 if self._stop:
                     return
                 step = self.scheduler.schedule()
+                if step.prefill is not None:
+                    on_admit = self._on_admit.pop(step.prefill.request_id, None)
+                    if on_admit is not None:
+                        on_admit(time.monotonic())
             if step.empty:
                 continue
             try:
@@ -241,7 +252,8 @@ class Engine:
             keep = torch.cumsum(sorted_p, -1) - sorted_p < p.top_p
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
         gen = torch.Generator(device=probs.device)
-        gen.manual_seed((p.seed if p.seed is not None else 0) * 1_000_003 + len(seq.output))
+        # modulo 2**64: any int64 seed fits manual_seed (torch takes a negative one the same way)
+        gen.manual_seed(((p.seed or 0) * 1_000_003 + len(seq.output)) % 2**64)
         return int(torch.multinomial(probs, 1, generator=gen))
 
     def _emit(self, seq: Sequence, token: int) -> None:

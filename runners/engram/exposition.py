@@ -3,6 +3,8 @@
 One set of figures: runtime.Runtime.stats() builds the snapshot; /stats returns it as JSON and
 /metrics renders the same dictionary here, typed by the tables below. A null figure (its
 source is unavailable on this machine) is left out of /metrics rather than exported as 0.
+The server-side latency histograms and the running/waiting gauges are also exported under
+vLLM's names (`vllm:...`, label model_name), so a scraper reads this server as it reads vLLM.
 """
 
 from __future__ import annotations
@@ -10,8 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from runners.engram.latency import HISTOGRAMS
 
 PREFIX = "engram_"
 
@@ -75,6 +84,13 @@ GAUGES: dict[str, str] = {
     "running_requests": "requests running",
 }
 
+# vLLM's name -> (the stats key, help)
+VLLM_GAUGES: dict[str, tuple[str, str]] = {
+    "vllm:num_requests_running": ("running_requests", "requests running"),
+    "vllm:num_requests_waiting": ("requests_waiting", "requests waiting for a running slot"),
+}
+HISTOGRAMS_KEY = "latency_histograms"
+
 LABELS = ("model", "device", "placement", "io_mode", "cache_state", "page_reads", "decode",
           "prefetch")
 PER_LAYER = "engram_wait_ms_by_layer"
@@ -104,6 +120,19 @@ class _Snapshot(Collector):
                                  labels=list(LABELS))
         info.add_metric(["" if stats.get(k) is None else str(stats[k]) for k in LABELS], 1)
         yield info
+        yield from self._vllm()
+
+    def _vllm(self) -> Iterator[Metric]:
+        stats = self._stats
+        model = [str(stats["model"])]
+        for name, (key, doc) in VLLM_GAUGES.items():
+            gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
+            gauge.add_metric(model, stats[key])
+            yield gauge
+        for name, snapshot in stats[HISTOGRAMS_KEY].items():
+            histogram = HistogramMetricFamily(name, HISTOGRAMS[name][0], labels=["model_name"])
+            histogram.add_metric(model, list(snapshot["buckets"].items()), snapshot["sum"])
+            yield histogram
 
 
 def exposition(stats: dict) -> bytes:

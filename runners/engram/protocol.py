@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import json
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# OpenAI parameters this server does not implement, each with the value that asks for nothing:
+# anything else is refused rather than silently ignored.
+NEUTRAL: dict[str, object] = {
+    "n": 1, "best_of": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "suffix": "",
+    "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0,
+}
+INT64 = 2**63
 
 
 class APIError(Exception):
     """Becomes an OpenAI error object with this HTTP status."""
 
-    def __init__(self, status: int, message: str, code: str = "invalid_request_error",
+    def __init__(self, status: int, message: str, code: str | None = "invalid_request_error",
                  param: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
@@ -20,6 +31,19 @@ class APIError(Exception):
         kind = "invalid_request_error" if self.status < 500 else "server_error"
         return {"error": {"message": str(self), "type": kind, "param": self.param,
                           "code": self.code}}
+
+
+def reject_unsupported(data: dict) -> None:
+    """A 400 for the first parameter that asks for what this server does not do."""
+    for name, neutral in NEUTRAL.items():
+        value = data.get(name)
+        # bools apart: logprobs 0 (a completions count) is not logprobs false
+        if value is None or (value == neutral
+                             and isinstance(value, bool) == isinstance(neutral, bool)):
+            continue
+        raise APIError(400, f"{name}={json.dumps(value)} is not supported by this server; "
+                       f"omit it or send {json.dumps(neutral)}", code="unsupported_parameter",
+                       param=name)
 
 
 class StreamOptions(BaseModel):
@@ -38,7 +62,7 @@ class _Common(BaseModel):
     min_tokens: int = Field(default=0, ge=0)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-INT64, lt=INT64)  # int64, as vLLM
     stop: str | list[str] | None = None
 
     @property
@@ -57,9 +81,29 @@ class _Common(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+def _part_text(part: object) -> str:
+    if not isinstance(part, dict):
+        raise ValueError("each content part must be an object with a type")
+    if part.get("type") != "text":
+        raise ValueError(f"content parts of type {json.dumps(part.get('type'))} are not "
+                         "supported by this server; send text parts only")
+    if not isinstance(part.get("text"), str):
+        raise ValueError("a text content part needs a string `text`")
+    return part["text"]
+
+
 class Message(BaseModel):
-    role: str
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, value: object) -> object:
+        """SDKs and agent frameworks send a list of parts: text parts join with newlines
+        (as vLLM joins them); any other part is refused, never dropped."""
+        if isinstance(value, list):
+            return "\n".join(_part_text(part) for part in value)
+        return value
 
 
 class ChatRequest(_Common):
@@ -67,12 +111,13 @@ class ChatRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: str | list[str]
+    prompt: str | list[int]  # text or token ids (checked against the vocabulary by serving)
 
-    @field_validator("prompt")
+    @field_validator("prompt", mode="before")
     @classmethod
-    def _one_prompt(cls, value: str | list[str]) -> str:
-        if isinstance(value, list):
+    def _one_prompt(cls, value: object) -> object:
+        """A batch ([text] or [[ids]]) is accepted with exactly one prompt in it."""
+        if isinstance(value, list) and value and isinstance(value[0], str | list):
             if len(value) != 1:
                 raise ValueError("exactly one prompt is supported")
             return value[0]

@@ -15,6 +15,7 @@ from runners.engram.engine import DECODE_MODES, Engine
 from runners.engram.exposition import exposition
 from runners.engram.geometry import EngramGeometry
 from runners.engram.model import load_model
+from runners.engram.request_log import RequestLog
 from runners.engram.serving import Serving
 from runners.engram.table_store import (
     CACHE_STATES,
@@ -53,6 +54,7 @@ class ServerOptions:
     max_waiting: int = 256
     prefetch: bool = True
     results_dir: Path = Path("results")
+    request_log: Path | None = None  # one JSON line per finished request (request_log.py)
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -111,6 +113,7 @@ class Runtime:
         else:
             budget, source = free_ram_bytes(), "free RAM"
         check_fits(options.placement, table_bytes, budget, source)
+        self.request_log = self._open_request_log()  # a bad path fails before the table work
         self.tokenizer = EngramTokenizer()
         self.geometry = EngramGeometry(
             self.cfg.engram_layers, self.cfg.engram_orders, self.cfg.engram_heads,
@@ -137,7 +140,7 @@ class Runtime:
         self.engine = Engine(model, self.geometry, self.store, self.tokenizer.eos_id,
                              options.max_running, options.max_waiting, options.prefetch,
                              options.decode)
-        self.serving = Serving(self.engine, self.tokenizer, self.cfg.name)
+        self.serving = Serving(self.engine, self.tokenizer, self.cfg.name, self.request_log)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self._block_stat = kernel.block_stat_path(str(self.table.path))
         self._started = time.monotonic()
@@ -159,6 +162,16 @@ class Runtime:
                 "or --page-cache-gb")
         return budget
 
+    def _open_request_log(self) -> RequestLog | None:
+        path = self.options.request_log
+        if path is None:
+            return None
+        try:
+            return RequestLog(path)
+        except OSError as exc:
+            raise ServerConfigError(f"--request-log {path} cannot be written: {exc.strerror} "
+                                    f"({exc.filename})") from None
+
     def describe_table(self) -> str:
         """One line for the start-up log: where the table is and what it may keep resident."""
         text = (f"table {self.table.data_bytes / GIB:.2f} GiB on {self.options.placement}"
@@ -179,6 +192,8 @@ class Runtime:
     def close(self) -> None:
         self.engine.stop()
         self.store.close()
+        if self.request_log is not None:
+            self.request_log.close()
 
     def stats(self) -> dict:
         """Every figure the server measures; /stats is this dict, /metrics renders it."""
@@ -236,6 +251,7 @@ class Runtime:
             "running_requests": self.engine.running,
             "requests_finished": e.requests_finished,
             "requests_cancelled": e.requests_cancelled,
+            "latency_histograms": self.serving.latency.snapshot(),
         }
 
     def prometheus(self) -> bytes:

@@ -1,4 +1,10 @@
-"""OpenAI completions over the engine: request -> Sequence, tokens -> SSE chunks or a body."""
+"""OpenAI completions over the engine: request -> Sequence, tokens -> SSE chunks or a body.
+
+Each accepted request is timed on the monotonic clock: received (parsed), admitted (its
+prefill step scheduled), first and last content handed to the HTTP layer (streamed: as the
+chunk is yielded; not streamed: as the text arrives for the body), finished. The times feed
+the vLLM-named histograms (latency.py) and, with --request-log, one JSON line per request.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from runners.engram.engine import Engine
+from runners.engram.latency import RequestTimes, ServerLatency
 from runners.engram.protocol import APIError, ChatRequest, CompletionRequest
+from runners.engram.request_log import RequestLog
 from runners.engram.scheduler import SamplingParams, Sequence
 from runners.engram.tokenizer import EngramTokenizer, StreamDecoder
 
@@ -23,17 +31,45 @@ class Piece:
     finish_reason: str | None
 
 
+@dataclass(slots=True)
+class Call:
+    """One request the engine accepted: what was asked, its sequence and tokens, its times."""
+
+    req: ChatRequest | CompletionRequest
+    seq: Sequence
+    queue: asyncio.Queue
+    times: RequestTimes
+    x_request_id: str | None
+    finish_reason: str | None = None  # None at the end: the client went away
+
+    @property
+    def status(self) -> str:
+        if self.finish_reason is None:
+            return "cancelled"
+        return "error" if self.finish_reason == "error" else "ok"
+
+
 class Serving:
-    def __init__(self, engine: Engine, tokenizer: EngramTokenizer, model_name: str) -> None:
+    def __init__(self, engine: Engine, tokenizer: EngramTokenizer, model_name: str,
+                 request_log: RequestLog | None = None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.max_seq = engine.cfg.max_seq
+        self.latency = ServerLatency()
+        self.request_log = request_log
 
     def prompt_ids(self, req: ChatRequest | CompletionRequest) -> list[int]:
         if isinstance(req, ChatRequest):
             return self.tokenizer.chat_prompt([m.model_dump() for m in req.messages])
-        return self.tokenizer.encode(req.prompt)  # type: ignore[arg-type]
+        if isinstance(req.prompt, str):
+            return self.tokenizer.encode(req.prompt)
+        vocab = self.engine.cfg.vocab_size
+        bad = next((i for i in req.prompt if not 0 <= i < vocab), None)
+        if bad is not None:
+            raise APIError(400, f"prompt token id {bad} is outside this model's vocabulary "
+                           f"(0 to {vocab - 1})", param="prompt")
+        return req.prompt
 
     def sequence(self, req: ChatRequest | CompletionRequest) -> Sequence:
         if req.model != self.model_name:
@@ -57,28 +93,32 @@ class Serving:
                                 top_p=req.top_p, seed=req.seed)
         return Sequence(f"cmpl-{next(_ids)}", ids, params)
 
-    def start(self, seq: Sequence) -> asyncio.Queue:
-        """Hand the sequence to the engine (before any response byte is sent)."""
+    def start(self, req: ChatRequest | CompletionRequest, received: float,
+              x_request_id: str | None) -> Call:
+        """Hand the request to the engine (before any response byte is sent)."""
+        seq = self.sequence(req)
+        times = RequestTimes(received)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int | None, str | None]] = asyncio.Queue()
 
         def on_token(token: int | None, reason: str | None) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, (token, reason))
 
-        if not self.engine.submit(seq, on_token):
+        if not self.engine.submit(seq, on_token, times.admit):
             raise APIError(503, "the server's request queue is full; retry shortly",
                            code="queue_full", headers={"Retry-After": "1"})
-        return queue
+        return Call(req, seq, queue, times, x_request_id)
 
-    async def pieces(self, seq: Sequence, queue: asyncio.Queue,
-                     stops: list[str]) -> AsyncIterator[Piece]:
+    async def pieces(self, call: Call) -> AsyncIterator[Piece]:
         """Text deltas as the engine produces them; cancels the sequence if abandoned."""
+        seq, queue, stops = call.seq, call.queue, call.req.stop_strings
         decoder = StreamDecoder(self.tokenizer)
         text = ""
         finished = False
         try:
             while not finished:
                 token, reason = await queue.get()
+                call.finish_reason = reason
                 if reason == "error":
                     raise APIError(500, "the engine failed while generating this request",
                                    code="engine_error")
@@ -88,7 +128,7 @@ class Serving:
                     hit = min((text.find(s) for s in stops if s in text), default=-1)
                     if hit >= 0:
                         delta = delta[: max(len(delta) - (len(text) - hit), 0)]
-                        reason = "stop"
+                        reason = call.finish_reason = "stop"
                 finished = reason is not None
                 if delta or finished:
                     yield Piece(delta, reason)
@@ -100,8 +140,23 @@ class Serving:
         return {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
                 "total_tokens": seq.length}
 
-    async def stream(self, req: ChatRequest | CompletionRequest, seq: Sequence,
-                     pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
+    def _written(self, call: Call, piece: Piece) -> None:
+        if piece.text:
+            self.latency.token(call.times, time.monotonic())
+
+    def _finish(self, call: Call) -> None:
+        self.latency.finish(call.times, time.monotonic())
+        if self.request_log is not None:
+            t, seq = call.times, call.seq
+            self.request_log.write({
+                "request_id": seq.request_id, "x_request_id": call.x_request_id,
+                "received": t.received, "admitted": t.admitted, "first_token": t.first_token,
+                "last_token": t.last_token, "finished": t.finished,
+                "prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
+                "status": call.status, "finish_reason": call.finish_reason})
+
+    async def stream(self, call: Call) -> AsyncIterator[bytes]:
+        req, seq = call.req, call.seq
         chat = isinstance(req, ChatRequest)
         head = {"id": seq.request_id, "created": int(time.time()), "model": self.model_name,
                 "object": "chat.completion.chunk" if chat else "text_completion"}
@@ -112,19 +167,22 @@ class Serving:
                 body["usage"] = usage
             return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
-        if chat:
-            yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
-                         "finish_reason": None})
         try:
-            async for piece in pieces:
-                yield self._chunk(event, chat, piece)
-        except APIError as exc:  # headers are sent: the error goes into the stream
-            yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n"
+            if chat:
+                yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
+                             "finish_reason": None})
+            try:
+                async for piece in self.pieces(call):
+                    chunk = self._chunk(event, chat, piece)
+                    self._written(call, piece)
+                    yield chunk
+                if req.include_usage:
+                    yield event(None, self.usage(seq))
+            except APIError as exc:  # headers are sent: the error goes into the stream
+                yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
-            return
-        if req.include_usage:
-            yield event(None, self.usage(seq))
-        yield b"data: [DONE]\n\n"
+        finally:
+            self._finish(call)
 
     @staticmethod
     def _chunk(event: Callable[[dict | None], bytes], chat: bool, piece: Piece) -> bytes:
@@ -135,14 +193,17 @@ class Serving:
             choice["text"] = piece.text
         return event(choice)
 
-    async def complete(self, req: ChatRequest | CompletionRequest, seq: Sequence,
-                       pieces: AsyncIterator[Piece]) -> dict:
-        text, reason = "", None
-        async for piece in pieces:
-            text += piece.text
-            reason = piece.finish_reason or reason
+    async def complete(self, call: Call) -> dict:
+        req, seq = call.req, call.seq
+        text = ""
+        try:
+            async for piece in self.pieces(call):
+                self._written(call, piece)
+                text += piece.text
+        finally:
+            self._finish(call)
         chat = isinstance(req, ChatRequest)
-        choice: dict = {"index": 0, "finish_reason": reason}
+        choice: dict = {"index": 0, "finish_reason": call.finish_reason}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
