@@ -1,0 +1,142 @@
+"""The exact Max C search: which concurrency to probe next, as a pure planner.
+
+The sweep's levels (1, 2, 4, 8 ...) only bracket Max C; the search probes more levels until the
+highest passing and the lowest failing concurrency are adjacent integers, so "Max C >= 2" can
+become "Max C 3". The runner measures each probe as a full level and feeds the verdict back:
+
+    probes = []
+    while (p := plan(swept, probes, cap).next_probe) is not None:
+        probes.append((p, passes(p)))
+
+Pass/fail comes from `harness.metrics.judge` (see `outcomes`), so the search refines exactly the
+number `metrics.capacity` reports. Bracket rule, consistent with `capacity`, which takes the
+highest passing level even above a failure (and warns): the lower end is the highest passing
+level, the upper end the lowest failing level above it. A failure below that pass does not stop
+the search; `plan` notes it and `capacity` warns about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from harness.metrics import LevelPoint, Targets, judge
+
+DEFAULT_MAX_CONCURRENCY = 256
+
+
+@dataclass(slots=True, frozen=True)
+class SearchPlan:
+    """Where the search stands: the next level to run, or the answer and how it was found."""
+
+    next_probe: int | None  # None: nothing left to probe
+    max_c: int  # the highest passing level so far (0: none passes)
+    exact: bool  # adjacent integers known: max_c passes and max_c + 1 fails
+    lower_bound: bool  # every level up to the cap passed, so Max C >= max_c
+    how: str  # one human sentence, e.g. "bisection: 4 passed, 8 failed; probed 6 (fail), 5 (pass)"
+
+
+def outcomes(points: Iterable[LevelPoint], targets: Targets | None = None) -> dict[int, bool]:
+    """Pass/fail per level by the capacity rules, so the search and `capacity` never disagree."""
+    targets = targets or Targets()
+    return {p.concurrency: judge(p, targets).passes for p in points}
+
+
+def _merge(swept: Mapping[int, bool], probes: Sequence[tuple[int, bool]]) -> dict[int, bool]:
+    if not swept:
+        raise ValueError("the search needs at least one measured level to start from")
+    known = dict(swept)
+    for c, ok in probes:
+        if c in known and known[c] != ok:
+            raise ValueError(f"C={c} is recorded both as passing and as failing")
+        known[c] = ok
+    if min(known) < 1:
+        raise ValueError(f"concurrency levels must be >= 1, got {min(known)}")
+    return known
+
+
+def _fmt(c: int, ok: bool) -> str:
+    return f"{c} ({'pass' if ok else 'fail'})"
+
+
+def _how(
+    swept: Mapping[int, bool], probes: Sequence[tuple[int, bool]], known: dict[int, bool],
+    max_c: int, cap: int, exact: bool, lower_bound: bool,
+) -> str:
+    """Describe the search: where the sweep left it, the probes in order, and any oddity."""
+    passing = [c for c, ok in swept.items() if ok]
+    if passing and all(swept.values()):
+        start = (f"doubling: every level up to {max(swept)} passed" if probes
+                 else f"levels: every level up to {max(swept)} passed")
+    elif passing:
+        lo = max(passing)
+        above = [c for c, ok in swept.items() if not ok and c > lo]
+        start = (f"bisection: {lo} passed, {min(above)} failed" if above
+                 else f"levels: {lo} passed")
+    elif min(swept) == 1:
+        return "levels: 1 failed, so no concurrency meets the targets"
+    else:
+        start = f"bisection below the lowest level: {min(swept)} failed"
+    parts = [start]
+    if probes:
+        parts.append("probed " + ", ".join(_fmt(c, ok) for c, ok in probes))
+    elif exact:
+        parts.append("adjacent levels, nothing to probe")
+    if exact and max_c == 0:
+        parts.append("1 failed, so no concurrency meets the targets")
+    elif lower_bound:
+        parts.append(f"the cap C={cap} passed, so Max C >= {cap}")
+    below = sorted(c for c, ok in known.items() if not ok and c < max_c)
+    if below:
+        parts.append(f"C={','.join(map(str, below))} failed below the passing C={max_c} "
+                     "(not monotonic)")
+    return "; ".join(parts)
+
+
+def plan(
+    swept: Mapping[int, bool],
+    probes: Sequence[tuple[int, bool]] = (),
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+) -> SearchPlan:
+    """The next level to probe given the sweep's verdicts and the probes so far (in order).
+
+    Bisects (midpoint, rounded down) between the highest passing level and the lowest failing
+    level above it; when nothing fails, doubles the highest level, capped at `max_concurrency`
+    (a passing cap ends the search with a lower bound); when nothing passes, bisects down
+    towards 1 (C=1 failing means Max C 0).
+    """
+    known = _merge(swept, probes)
+    if max_concurrency < 1:
+        raise ValueError(f"the maximum concurrency must be >= 1, got {max_concurrency}")
+    if max_concurrency < max(known):
+        raise ValueError(f"the maximum concurrency {max_concurrency} is below the highest "
+                         f"level tested, C={max(known)}")
+    max_c = max((c for c, ok in known.items() if ok), default=0)
+    failing_above = [c for c, ok in known.items() if not ok and c > max_c]
+    if failing_above:
+        hi = min(failing_above)
+        nxt = (max_c + hi) // 2 if hi - max_c > 1 else None
+    else:  # nothing fails above the highest pass: double upwards, within the cap
+        nxt = min(2 * max_c, max_concurrency) if max_c < max_concurrency else None
+    exact = nxt is None and bool(failing_above)
+    lower_bound = nxt is None and not exact
+    return SearchPlan(
+        next_probe=nxt,
+        max_c=max_c,
+        exact=exact,
+        lower_bound=lower_bound,
+        how=_how(swept, probes, known, max_c, max_concurrency, exact, lower_bound),
+    )
+
+
+def search(
+    levels: Iterable[int],
+    passes: Callable[[int], bool],
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+) -> tuple[SearchPlan, list[tuple[int, bool]]]:
+    """Run the sweep's levels then the probes against a pass rule; for tests and simulations."""
+    swept = {c: passes(c) for c in levels}
+    probes: list[tuple[int, bool]] = []
+    while (p := plan(swept, probes, max_concurrency)).next_probe is not None:
+        probes.append((p.next_probe, passes(p.next_probe)))
+    return p, probes
