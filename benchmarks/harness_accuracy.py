@@ -11,6 +11,9 @@ drift hits all alike):
 - `harness+bar`: the harness as `make bench` runs in a terminal, with the progress bar drawn
   on a pseudo-terminal that a `cat` process drains (the terminal emulator's stand-in); the
   bar's renderer is a process of its own (harness.progress), whose CPU is printed below;
+- `harness+scrape`: the harness with the server's Prometheus /metrics scraped every 0.5 s
+  by its separate scraper process (bar off), as every run against a server with /metrics
+  does by default;
 - `bar-thread`: the same with the bar drawn as it was before, by rich's refresh thread (10
   frames/s) inside the timing process: what moving it out changed;
 - `httpx`, `aiohttp`: a plain streaming client written with that library
@@ -59,8 +62,9 @@ from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
 BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
-ARMS = ("harness", "harness+bar", "bar-thread", "httpx", "aiohttp")
-HARNESS_ARMS = ("harness", "harness+bar")  # the targets are the harness's; the rest is context
+ARMS = ("harness", "harness+bar", "harness+scrape", "bar-thread", "httpx", "aiohttp")
+# the targets are the harness's; the rest is context
+HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape")
 MODEL = "mock-model"
 
 
@@ -85,7 +89,7 @@ class Measured:
 def _start_server(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.mock_server", "--port", str(port),
-         "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)],
+         "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--metrics"],
         stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -172,10 +176,12 @@ class _ThreadBar(LevelProgress):
 # -- the harness ----------------------------------------------------------------------------
 
 async def _harness(url: str, c: int, args: argparse.Namespace, store: Store,
-                   progress: LevelProgress) -> Measured:
+                   progress: LevelProgress, scrape: bool = False) -> Measured:
     config = RunConfig(url=url, model=MODEL, levels=(c,), rounds=args.rounds,
-                       output_tokens=args.tokens, warmup=4)
+                       output_tokens=args.tokens, warmup=4, server_metrics=scrape)
     result = await execute(config, Endpoint(url), store, progress, new_run_id())
+    if scrape:
+        assert store.server_metrics(result.run_id), "the scraper stored no server metrics"
     outcome = result.outcomes[0]
     samples = [Sample(r.request_id, _sent_mono(r, result), r.ttft_ms, r.tps)
                for r in outcome.records if r.ok]
@@ -301,8 +307,9 @@ async def _measure(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
         store.initialise()
         for i, c in enumerate(levels):
             for arm in arms[i % len(arms):] + arms[:i % len(arms)]:
-                if arm == "harness":
-                    m = await _harness(url, c, args, store, LevelProgress(enabled=False))
+                if arm in ("harness", "harness+scrape"):
+                    m = await _harness(url, c, args, store, LevelProgress(enabled=False),
+                                       scrape=arm == "harness+scrape")
                 elif arm in ("harness+bar", "bar-thread"):
                     progress = _MeteredBar(file=tty) if arm == "harness+bar" else _ThreadBar(tty)
                     assert progress.live, "the bar must draw on the pseudo-terminal"

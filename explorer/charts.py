@@ -43,6 +43,46 @@ def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
     return fig
 
 
+def ttft_sources(frame: pd.DataFrame) -> go.Figure:
+    """The client's TTFT against the server's own (its histogram) per level: the gap is what
+    lies between them (network, HTTP, the harness); the server's queue time shows how much of
+    its TTFT was waiting for a slot."""
+    fig = go.Figure()
+    lines = (("mean_ttft_ms", "client TTFT mean", 0, "solid"),
+             ("p50_ttft_ms", "client TTFT p50", 0, "dot"),
+             ("ttft_mean_ms", "server TTFT mean", 1, "solid"),
+             ("ttft_p50_ms", "server TTFT p50", 1, "dot"),
+             ("queue_time_mean_ms", "server queue time mean", 2, "solid"))
+    for column, name, color, dash in lines:
+        if column in frame and frame[column].notna().any():
+            fig.add_trace(go.Scatter(
+                x=frame["concurrency"], y=frame[column], mode="lines+markers", name=name,
+                line={"color": PALETTE[color], "dash": dash},
+                hovertemplate="C=%{x}<br>%{y:.1f} ms<extra>%{fullData.name}</extra>"))
+    _log2_axis(fig, frame["concurrency"])
+    fig.update_layout(yaxis_title="TTFT (ms)", legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 30, "b": 10}, height=420)
+    return fig
+
+
+def server_metric_vs_c(figures: pd.DataFrame, column: str, y_title: str,
+                       labels: dict[str, str]) -> go.Figure:
+    """One server figure against C, one line per run that has it."""
+    fig = go.Figure()
+    for i, (run_id, frame) in enumerate(figures.groupby("run_id", sort=False)):
+        if column not in frame or frame[column].isna().all():
+            continue
+        frame = frame.sort_values("concurrency")
+        fig.add_trace(go.Scatter(
+            x=frame["concurrency"], y=frame[column], mode="lines+markers",
+            name=labels.get(run_id, run_id), line={"color": PALETTE[i % len(PALETTE)]},
+            hovertemplate="C=%{x}<br>%{y:.3g}<extra>%{fullData.name}</extra>"))
+    _log2_axis(fig, figures["concurrency"])
+    fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 30, "b": 10}, height=420)
+    return fig
+
+
 def distribution(stats: pd.DataFrame, y_title: str) -> go.Figure:
     """Per-level box plots from quantiles computed in SQL (min, q1, median, q3, max)."""
     fig = go.Figure()

@@ -18,6 +18,7 @@ import duckdb
 import pandas as pd
 
 from harness.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
+from harness.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.store import DEFAULT_DB, Store
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
@@ -224,6 +225,58 @@ def breakdown_frame(stats: list[tuple[int, dict, dict]]) -> pd.DataFrame:
         rows += [{"concurrency": concurrency, "part": part, "ms": ms, "share": ms / total}
                  for part, ms in parts.items()]
     return pd.DataFrame(rows, columns=["concurrency", "part", "ms", "share"])
+
+
+# level_figures key: (readable name, number format), in the order tables show them
+SERVER_FIGURES = {
+    "ttft_mean_ms": ("server TTFT mean (ms)", "%.1f"),
+    "ttft_p50_ms": ("server TTFT p50 (ms)", "%.1f"),
+    "ttft_p99_ms": ("server TTFT p99 (ms)", "%.1f"),
+    "queue_time_mean_ms": ("server queue time mean (ms)", "%.1f"),
+    "queue_time_p50_ms": ("server queue time p50 (ms)", "%.1f"),
+    "itl_mean_ms": ("server ITL mean (ms)", "%.2f"),
+    "e2e_mean_ms": ("server end-to-end mean (ms)", "%.0f"),
+    "kv_usage_mean": ("KV-cache usage mean", "percent"),
+    "kv_usage_max": ("KV-cache usage max", "percent"),
+    "running_mean": ("running requests mean", "%.1f"),
+    "running_max": ("running requests max", "%.0f"),
+    "waiting_mean": ("waiting requests mean", "%.1f"),
+    "waiting_max": ("waiting requests max", "%.0f"),
+    "preemptions": ("preemptions", "%.0f"),
+    "prefix_hit_rate": ("prefix-cache hit rate", "percent"),
+}
+
+
+def server_figures(path: Path, run_ids: list[str]) -> pd.DataFrame:
+    """Per run and level, the figures of the target's /metrics (harness.server_metrics):
+    SERVER_FIGURES columns and `offload: ...` ones, where the server exposed them; empty when
+    no chosen run stored any."""
+    if not run_ids:
+        return pd.DataFrame()
+    rows = query(path, "SELECT run_id, concurrency, name, labels, kind, stat, value "
+                       "FROM server_metrics WHERE run_id IN (SELECT unnest(?)) "
+                       "ORDER BY run_id, concurrency", [run_ids])
+    if rows.empty:
+        return pd.DataFrame()
+    out = []
+    for (run_id, concurrency), level in rows.groupby(["run_id", "concurrency"], sort=False):
+        figures = level_figures(MetricRow(*r) for r in level.drop(
+            columns=["run_id", "concurrency"]).itertuples(index=False))
+        if figures:
+            out.append({"run_id": run_id, "concurrency": int(concurrency), **figures})
+    return pd.DataFrame(out)
+
+
+def server_columns(figures: pd.DataFrame) -> list[str]:
+    """The figure columns a frame holds, in SERVER_FIGURES order, offload counters last."""
+    return ([c for c in SERVER_FIGURES if c in figures]
+            + sorted(c for c in figures if c.startswith(OFFLOAD)))
+
+
+def server_vs_client(levels: pd.DataFrame, figures: pd.DataFrame) -> pd.DataFrame:
+    """One run's levels: the client's TTFT (mean, p50) beside the server's figures."""
+    client = levels[["concurrency", "mean_ttft_ms", "p50_ttft_ms"]]
+    return client.merge(figures.drop(columns=["run_id"]), on="concurrency", how="left")
 
 
 def requests_frame(path: Path, run_ids: list[str]) -> pd.DataFrame:

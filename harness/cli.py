@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness import aio
+from harness import aio, report
 from harness.config import (
     DEFAULT_LEVELS,
     MAX_TEMPERATURE,
@@ -42,8 +42,9 @@ from harness.store import DEFAULT_DB, Store, StoreError
 from harness.target import TargetError
 from runners import commands as runner_commands
 from runners.commands import positive_int
-from runners.lifecycle import BundledServer, ServerStartError
+from runners.lifecycle import BundledServer, ServerDied, ServerStartError
 from runners.profiles import PROFILES, UnknownDevice, profile
+from runners.vllm import server as vllm
 
 EXIT_USAGE = 2
 EXIT_ABORTED = 130
@@ -135,6 +136,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--device", help=f"device profile: {', '.join(PROFILES)}; without --url "
                      "the bundled server is started as that device would hold its table "
                      "(default: none)")
+    run.add_argument("--bundled", choices=("engram", "vllm"),
+                     help="the server --device starts (no --url): engram, the bundled Engram "
+                          "server; vllm, vLLM's CPU build serving a tiny Llama (its own venv, "
+                          ".venv-vllm, and model, results/models/, made on first use) "
+                          "(default: engram)")
     run.add_argument("--placement", help="table placement: of the bundled server, or a label "
                      "for --url (default: the device's)")
     run.add_argument("--io", choices=("mmap", "direct"),
@@ -178,6 +184,15 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      "(default for the bundled server); FILE: .jsonl prompts sent at their own "
                      "lengths ({\"prompt\"}, {\"messages\"} or ShareGPT {\"conversations\"}), "
                      "or a text file cut like text")
+    run.add_argument("--search", action="store_true",
+                     help="after the levels, probe full levels (bisection between the highest "
+                          "passing and the lowest failing C, doubling when all pass) until Max "
+                          "C is known to the integer (default: off)")
+    run.add_argument("--max-concurrency", type=positive_int, default=256,
+                     help="the highest C the search may probe")
+    run.add_argument("--no-server-metrics", dest="server_metrics", action="store_false",
+                     help="do not scrape the target's Prometheus /metrics (default: scraped "
+                          "every 0.5 s of each level, stored per level)")
     run.add_argument("--label", default="", help="free text stored with the run (default: none)")
     run.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
     run.add_argument("--resume", metavar="RUN_ID",
@@ -240,6 +255,19 @@ def bundled_server_args(args: argparse.Namespace, device: str, placement: str) -
               for item in (flag, repr(value) if isinstance(value, float) else value)))
 
 
+def vllm_server_args(args: argparse.Namespace, max_running: int) -> tuple[str, ...]:
+    """vLLM's flags for a bundled run: at most the device's running requests at once."""
+    engram_only = [flag for flag, value in (
+        ("--placement", args.placement), ("--io", args.io),
+        ("--table-size-gb", args.table_size_gb), ("--cache-ratio", args.cache_ratio),
+        ("--page-cache-gb", args.page_cache_gb), ("--cache-state", args.cache_state),
+        ("--decode", args.decode)) if value is not None]
+    if engram_only:
+        raise UserError(f"{', '.join(engram_only)} set up the bundled Engram server, not vLLM: "
+                        "drop them or leave out --bundled vllm")
+    return vllm.server_args(max_running)
+
+
 def _prompt_spec(args: argparse.Namespace) -> str:
     """words, text, or the file as an absolute path (a resume may start elsewhere)."""
     spec = args.prompts or ("words" if args.url else "text")
@@ -259,14 +287,20 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
     levels = args.levels or DEFAULT_LEVELS
     placement = args.placement or ""
     server_args: tuple[str, ...] = ()
+    if args.url and args.bundled:
+        raise UserError("--bundled starts a server and --url sweeps one already running: "
+                        "give one of them")
     if not args.url:
         if not args.device:
             raise UserError("give --device to sweep the bundled Engram server, or --url of an "
                             "OpenAI-compatible server, e.g. --url http://127.0.0.1:8000/v1")
         prof = profile(args.device)
         levels = args.levels or prof.default_levels
-        placement = placement or prof.table_placement
-        server_args = bundled_server_args(args, prof.name, placement)
+        if args.bundled == "vllm":
+            server_args = vllm_server_args(args, prof.max_running_requests)
+        else:
+            placement = placement or prof.table_placement
+            server_args = bundled_server_args(args, prof.name, placement)
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api, levels=levels,
         rounds=args.rounds, mode=args.mode, input_tokens=args.input_tokens,
@@ -276,6 +310,8 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         insecure=args.insecure, warmup=args.warmup, seed=args.seed, label=args.label,
         device=args.device or "", engine=args.engine or "",
         table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
+        server_metrics=args.server_metrics, search=args.search,
+        max_concurrency=args.max_concurrency,
     )
     return config, None
 
@@ -286,12 +322,25 @@ def _target(config: RunConfig, console: Console) -> Iterator[str]:
     if not config.server_args:
         yield config.url
         return
-    console.print(f"starting the bundled Engram server: {' '.join(config.server_args)}",
-                  highlight=False)
-    with BundledServer(config.server_args) as server:
-        console.print(f"bundled server up at {server.url} (log {server.log_path})",
+    if vllm.is_vllm(config.server_args):
+        server_cm = vllm.vllm_server(config.server_args,
+                                     lambda text: console.print(text, highlight=False))
+    else:
+        console.print(f"starting the bundled Engram server: {' '.join(config.server_args)}",
                       highlight=False)
-        yield server.url
+        server_cm = BundledServer(config.server_args)
+    with server_cm as server:
+        if not vllm.is_vllm(config.server_args):
+            console.print(f"bundled server up at {server.url} after {server.start_s:.1f} s "
+                          f"(log {server.log_path})", highlight=False)
+        try:
+            yield server.url
+        except Exception:  # a death explains whatever failed after it
+            if server.death:
+                raise ServerDied(server.death) from None
+            raise
+        if server.death:  # its requests failed and are stored; the run did not complete
+            raise ServerDied(server.death)
 
 
 def _handle_interrupts() -> None:
@@ -326,7 +375,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                                 ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
                                 insecure=config.insecure)
             aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id),
-                            prompts=prompts))
+                            prompts=prompts, targets=targets))
+    except ServerDied as exc:
+        progress.stop()
+        with contextlib.suppress(StoreError):  # a run it had started is failed, not complete
+            store.run(run_id)
+            store.finish_run(run_id, "failed", str(exc))
+        raise
     except KeyboardInterrupt:
         progress.stop()
         print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "
@@ -340,7 +395,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: Console) -> int:
     run = store.run(run_id)
     records = store.requests(run["run_id"])
-    summary = summarise(run, stats_by_level(records, run["output_tokens"]), records, targets)
+    config = RunConfig.from_json_dict(json.loads(run["config"] or "{}"))
+    found = (report.search_plan(store, run["run_id"], config, targets)
+             if config.search and records else None)
+    summary = summarise(run, stats_by_level(records, run["output_tokens"]), records, targets,
+                        found)
     if as_json:
         print(json.dumps(summary, default=str))
     else:
@@ -391,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, console)
     except (UserError, ConfigError, EndpointError, StoreError, TargetError, CapacityCSVError,
-            UnknownDevice, ServerStartError, runner_commands.CommandError,
+            UnknownDevice, ServerStartError, ServerDied, runner_commands.CommandError,
             PromptFileError) as exc:
         print(f"engram-bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

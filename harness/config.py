@@ -53,6 +53,9 @@ class RunConfig:
     table_placement: str = ""
     server_args: tuple[str, ...] = ()  # set: the bundled server, started with these flags
     prompts: str = "words"  # words, text, or a file's absolute path (harness.prompts)
+    server_metrics: bool = True  # scrape the target's Prometheus /metrics per level
+    search: bool = False  # after the levels, probe until Max C is known to the integer
+    max_concurrency: int = 256  # the search never probes above this
 
     def __post_init__(self) -> None:
         if not self.levels or any(c < 1 for c in self.levels):
@@ -75,6 +78,9 @@ class RunConfig:
                               f"not {self.temperature}")
         if self.ca_bundle and self.insecure:
             raise ConfigError("--ca-bundle and --insecure contradict each other: give one")
+        if self.max_concurrency < max(self.levels):
+            raise ConfigError(f"--max-concurrency {self.max_concurrency} is below the highest "
+                              f"level, {max(self.levels)}")
         if self.warmup < 0:
             raise ConfigError("--warmup must be 0 or more")
         if not self.prompts:

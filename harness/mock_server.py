@@ -51,6 +51,9 @@ class MockConfig:
     # unanswered, as when a server's idle keep-alive timeout meets a request in flight
     keepalive_requests: int = 0
     stats: bool = True  # serve GET /stats with counters
+    metrics: bool = False  # serve GET /metrics: Prometheus text with vLLM-named families
+    shared_decode: bool = False  # the gap between tokens grows with requests in flight (x N),
+    # as when one engine decodes them all: per-request speed falls as 1/C
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
@@ -82,6 +85,7 @@ class MockServer:
         self.requests_seen = 0
         self.faults_seen = 0  # requests that matched the fault filter
         self.tokens_sent = 0
+        self.in_flight = 0  # requests being answered now
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
 
@@ -135,6 +139,8 @@ class MockServer:
         if method == "GET" and route == "/stats" and self.config.stats:
             stats = {"requests": self.requests_seen, "tokens": self.tokens_sent}
             return _send_json(writer, 200, stats)
+        if method == "GET" and route == "/metrics" and self.config.metrics:
+            return _send_text(writer, self._exposition())
         if method == "GET" and route == "/mock/timings":
             rows = [dataclasses.asdict(t) for t in self.timings]
             if "clear=1" in path:
@@ -145,8 +151,37 @@ class MockServer:
             return await self._complete(route, headers, body, body_read, writer)
         return _send_json(writer, 404, _error(f"no route {method} {route}", "not_found"))
 
+    def _exposition(self) -> str:
+        """What a scraper meets on a vLLM-like server: counters, a gauge, a TTFT histogram
+        whose every request sits at the configured TTFT."""
+        ttft_s = self.config.ttft_ms / 1000
+        n = self.requests_seen
+        lines = [
+            "# TYPE vllm:request_success counter", f"vllm:request_success_total {n}",
+            "# TYPE vllm:generation_tokens counter",
+            f"vllm:generation_tokens_total {self.tokens_sent}",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running {self.in_flight}",
+            "# TYPE vllm:time_to_first_token_seconds histogram",
+        ]
+        for le in (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5):
+            lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{le}"}} '
+                         f"{n if ttft_s <= le else 0}")
+        lines += [f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {n}',
+                  f"vllm:time_to_first_token_seconds_count {n}",
+                  f"vllm:time_to_first_token_seconds_sum {n * ttft_s}"]
+        return "\n".join(lines) + "\n"
+
     async def _complete(self, route: str, headers: dict[str, str], body: bytes,
                         body_read: float, writer: asyncio.StreamWriter) -> bool:
+        self.in_flight += 1
+        try:
+            return await self._answer(route, headers, body, body_read, writer)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, route: str, headers: dict[str, str], body: bytes,
+                      body_read: float, writer: asyncio.StreamWriter) -> bool:
         cfg = self.config
         self.requests_seen += 1
         fault = "none"
@@ -214,7 +249,7 @@ class MockServer:
             n_chunks += 1
             timing.tokens = sent
             self.tokens_sent += k
-            next_t += chunk_s
+            next_t += chunk_s * (self.in_flight if cfg.shared_decode else 1)
         writer.write(_chunk(frame.finish()))
         if include_usage:
             writer.write(_chunk(frame.usage(prompt_tokens, n_tokens)))
@@ -307,6 +342,14 @@ def _send_json(writer: asyncio.StreamWriter, status: int, obj: object,
               500: "Internal Server Error"}.get(status, "Error")
     extra = f"Retry-After: {retry}\r\n" if retry is not None else ""
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    writer.write(head.encode() + body)
+    return True
+
+
+def _send_text(writer: asyncio.StreamWriter, text: str) -> bool:
+    body = text.encode()
+    head = ("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\n\r\n")
     writer.write(head.encode() + body)
     return True

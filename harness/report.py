@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness.config import RunConfig
 from harness.metrics import (
     STATISTIC_FIELDS,
     LevelPoint,
@@ -19,8 +20,11 @@ from harness.metrics import (
     capacity,
     point,
     prompt_warning,
+    stats_by_level,
 )
 from harness.records import RequestRecord
+from harness.search import SearchPlan, outcomes, plan
+from harness.store import Store
 
 # Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
 FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
@@ -34,9 +38,10 @@ class CapacityCSVError(ValueError):
 
 
 def summarise(
-    run: dict, stats: Sequence[LevelStats], records: Sequence[RequestRecord], targets: Targets
+    run: dict, stats: Sequence[LevelStats], records: Sequence[RequestRecord], targets: Targets,
+    search: SearchPlan | None = None,
 ) -> dict:
-    """The `--json` object of `run` and `summary`."""
+    """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C."""
     cap = capacity([point(s, targets.statistic) for s in stats], targets)
     verdicts = {v.concurrency: v for v in cap.levels}
     levels = []
@@ -67,6 +72,8 @@ def summarise(
         "output_tokens": run["output_tokens"],
         "targets": asdict(targets), **_judged(targets.statistic), "levels": levels,
         "max_c": cap.max_c,
+        "max_c_search": ({"how": search.how, "exact": search.exact,
+                          "lower_bound": search.lower_bound} if search else None),
         "chat_users": cap.chat_users, "agentic_users": cap.agentic_users, "warnings": warnings,
     }
 
@@ -120,6 +127,9 @@ def print_summary(summary: dict, console: Console) -> None:
         f"[bold]{summary['agentic_users']}[/] (x{t['agentic_factor']:g})",
         highlight=False,
     )
+    if summary.get("max_c_search"):
+        console.print(f"Max C found by --search: {summary['max_c_search']['how']}",
+                      highlight=False)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
@@ -247,3 +257,13 @@ def print_capacity(result: dict, console: Console) -> None:
     for name, r in result.items():
         for warning in r["warnings"]:
             console.print(f"[yellow]warning[/] {name}: {warning}", highlight=False)
+
+
+def search_plan(store: Store, run_id: str, config: RunConfig, targets: Targets) -> SearchPlan:
+    """Where the Max C search of a run stands, from its stored levels and probes."""
+    stats = stats_by_level(store.requests(run_id), config.output_tokens)
+    verdicts = outcomes([point(s, targets.statistic) for s in stats], targets)
+    probed = store.probes(run_id)
+    swept = {c: ok for c, ok in verdicts.items() if c not in probed}
+    probes = [(c, verdicts[c]) for c in probed if c in verdicts]
+    return plan(swept, probes, config.max_concurrency)

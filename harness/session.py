@@ -12,17 +12,19 @@ import os
 import platform
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from harness import __version__, target
 from harness.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.config import ConfigError, RunConfig
 from harness.endpoint import Endpoint
-from harness.metrics import level_stats, mean_prompt_tokens, prompt_warning
+from harness.metrics import Targets, level_stats, mean_prompt_tokens, prompt_warning
 from harness.progress import LevelProgress
 from harness.prompts import Prompts, load
 from harness.records import RequestRecord
-from harness.report import describe_server_table, server_table
+from harness.report import describe_server_table, search_plan, server_table
+from harness.scraper import Scraper
 from harness.store import Store
 from harness.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
 from harness.workload import Calibration, calibrate, payload
@@ -99,6 +101,7 @@ async def execute(
     run_id: str,
     resume: bool = False,
     prompts: Prompts | None = None,
+    targets: Targets | None = None,
 ) -> RunResult:
     """Run (or resume) a sweep. TargetError (or ConfigError, for prompts a resumed run no longer
     has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded."""
@@ -142,29 +145,43 @@ async def execute(
                      f"{config.rounds} rounds, target {endpoint.base_url} model {config.model}")
     sweep = Sweep(config, endpoint, run_id, prompts, clock)
     writer = BackgroundWriter(store, run_id)
+    scraper = Scraper(endpoint) if config.server_metrics else None
     outcomes: list[LevelOutcome] = []
     try:
-        if config.warmup and not resume:
+        if config.warmup and not resume:  # before the first level's scrape: left out
             await sweep.warmup(config.warmup, min(config.warmup, config.levels[0]))
-        for c in config.levels:
-            todo = [r for r in range(config.rounds) if (c, r) not in done]
-            if not todo:
-                continue
+        async def measure(c: int, todo: list[int]) -> None:
+            """One level: its rounds, the server's counters around it, stored."""
             before = await target.fetch_stats(endpoint)
+            for note in await scraper.start() if scraper else []:
+                progress.message(note)
             progress.start_level(c, c * len(todo))
             outcome = await sweep.run_level(c, todo, writer.submit, progress.advance)
+            rows, notes = await scraper.stop() if scraper else ([], [])
             await asyncio.to_thread(writer.drain)
             stats = level_stats(c, outcome.records, config.output_tokens)
             progress.end_level(stats)
+            for note in notes:
+                progress.message(note)
             if prompts.calibrated and (warning := prompt_warning(stats, config.input_tokens)):
                 progress.message(f"warning: {warning}")
             after = await target.fetch_stats(endpoint)
             if before is not None or after is not None:
                 store.write_server_stats(run_id, c, before, after)
+            if rows:
+                store.write_server_metrics(run_id, c, rows)
             # what the prompts sent so far measured, right even if the run is killed next
             store.update_run(run_id,
                              measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
             outcomes.append(outcome)
+
+        for c in config.levels:
+            todo = [r for r in range(config.rounds) if (c, r) not in done]
+            if todo:
+                await measure(c, todo)
+        if config.search:
+            how = await _search(config, store, run_id, targets or Targets(), done, measure)
+            progress.message(how)
     except (asyncio.CancelledError, KeyboardInterrupt):
         _close_quietly(writer)
         store.finish_run(run_id, "aborted", "interrupted by the user")
@@ -175,9 +192,29 @@ async def execute(
         raise
     finally:
         sweep.close()
+        if scraper:
+            scraper.close()
     writer.close()
     store.finish_run(run_id, "complete")
     return RunResult(run_id, config, outcomes, clock)
+
+
+async def _search(config: RunConfig, store: Store, run_id: str, targets: Targets,
+                  done: set[tuple[int, int]],
+                  measure: Callable[[int, list[int]], Awaitable[None]]) -> str:
+    """After the levels: full levels at the C that harness.search picks, until Max C is known
+    to the integer (or the cap passes). Probes are stored before they run, so a resumed run
+    finishes a probe it had begun and then plans on from every verdict it has."""
+    for c in store.probes(run_id):
+        todo = [r for r in range(config.rounds) if (c, r) not in done]
+        if todo:
+            await measure(c, todo)
+    while True:
+        plan = search_plan(store, run_id, config, targets)
+        if plan.next_probe is None:
+            return f"Max C {plan.max_c}{'+' if plan.lower_bound else ''}: {plan.how}"
+        store.add_probe(run_id, plan.next_probe)
+        await measure(plan.next_probe, list(range(config.rounds)))
 
 
 def _close_quietly(writer: BackgroundWriter) -> None:

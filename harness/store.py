@@ -73,6 +73,23 @@ CREATE TABLE IF NOT EXISTS server_stats (
     after VARCHAR,
     recorded_at TIMESTAMP
 );
+-- a target's Prometheus /metrics over each level (harness.server_metrics): counters "delta";
+-- gauges "mean", "max"; histograms "p50", "p90", "p99", "count", "mean" (seconds as exposed)
+CREATE TABLE IF NOT EXISTS server_metrics (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    name VARCHAR,
+    labels VARCHAR,  -- JSON object
+    kind VARCHAR,
+    stat VARCHAR,
+    value DOUBLE
+);
+-- levels that `run --search` added after the sweep, in the order they were probed
+CREATE TABLE IF NOT EXISTS probes (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    ordinal INTEGER
+);
 CREATE OR REPLACE VIEW levels AS
 WITH q AS (
     SELECT r.*,
@@ -100,8 +117,10 @@ SELECT
     CASE WHEN count(*) FILTER (WHERE q.ok) > 0 AND max(q.ended_at) > min(q.sent_at)
          THEN sum(q.output_tokens) FILTER (WHERE q.ok)
               / (epoch_us(max(q.ended_at)) - epoch_us(min(q.sent_at))) * 1e6 END
-        AS throughput_tps
+        AS throughput_tps,
+    max(p.ordinal) IS NOT NULL AS probe
 FROM q JOIN runs USING (run_id)
+LEFT JOIN probes p ON p.run_id = q.run_id AND p.concurrency = q.concurrency
 GROUP BY q.run_id, q.concurrency;
 """
 
@@ -114,7 +133,8 @@ _REQUEST_COLUMNS = (
 # Databases written by older versions: brought up to the schema above when first opened.
 # _CURRENT: (table, column, type) that only today's schema has.
 _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried", "VARCHAR"),
-            ("levels", "mean_prompt_tokens", "DOUBLE")}
+            ("levels", "mean_prompt_tokens", "DOUBLE"), ("server_metrics", "value", "DOUBLE"),
+            ("levels", "probe", "BOOLEAN")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
@@ -254,6 +274,20 @@ class Store:
                 [run_id, concurrency, json.dumps(before), json.dumps(after), _utc(time.time())],
             )
 
+    def write_server_metrics(
+        self, run_id: str, concurrency: int, rows: Sequence[tuple[str, str, str, str, float]]
+    ) -> None:
+        """A level's rows (name, labels, kind, stat, value), replacing any an earlier try of
+        the level stored (a resumed level is measured again)."""
+        with self._connect() as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM server_metrics WHERE run_id = ? AND concurrency = ?",
+                        [run_id, concurrency])
+            if rows:
+                con.executemany("INSERT INTO server_metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                [(run_id, concurrency, *row) for row in rows])
+            con.execute("COMMIT")
+
     # -- reads -------------------------------------------------------------------------------
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict]:
@@ -315,6 +349,26 @@ class Store:
             {**r, "before": json.loads(r["before"]), "after": json.loads(r["after"])}
             for r in rows
         ]
+
+    def add_probe(self, run_id: str, concurrency: int) -> None:
+        """Record a level the Max C search adds (before it runs, so a resume finds it)."""
+        with self._connect() as con:
+            if con.execute("SELECT 1 FROM probes WHERE run_id = ? AND concurrency = ?",
+                           [run_id, concurrency]).fetchone() is None:
+                con.execute("INSERT INTO probes SELECT ?, ?, count(*) FROM probes "
+                            "WHERE run_id = ?", [run_id, concurrency, run_id])
+
+    def probes(self, run_id: str) -> list[int]:
+        """The search's levels of a run, in the order they were probed."""
+        rows = self._query("SELECT concurrency FROM probes WHERE run_id = ? ORDER BY ordinal",
+                           [run_id])
+        return [r["concurrency"] for r in rows]
+
+    def server_metrics(self, run_id: str) -> list[dict]:
+        """The target's own /metrics, per level: one row per (name, labels, stat)."""
+        return self._query(
+            "SELECT concurrency, name, labels, kind, stat, value FROM server_metrics "
+            "WHERE run_id = ? ORDER BY concurrency, name, labels, stat", [run_id])
 
     # -- export ------------------------------------------------------------------------------
 

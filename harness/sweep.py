@@ -71,6 +71,7 @@ class Sweep:
             self._first_ordinal[c] = total
             total += c * config.rounds
         self._warmup_ordinal = total
+        self._extra_base = total + config.warmup  # levels the Max C search adds start here
 
     def _request(self, c: int, rnd: int, worker: int, ordinal: int,
                  tag: str = "") -> tuple[bytes, RequestRecord]:
@@ -82,8 +83,16 @@ class Sweep:
         return build_request(self.endpoint, body, request_id), record
 
     def ordinal(self, c: int, rnd: int, worker: int) -> int:
-        """A measured request's ordinal: 0, 1, ... over levels, rounds and workers."""
-        return self._first_ordinal[c] + rnd * c + worker
+        """A measured request's ordinal: 0, 1, ... over levels, rounds and workers. A level
+        the Max C search adds gets a block after the warm-up's that depends on C alone, so a
+        resumed run rebuilds its prompts whatever order its probes ran in."""
+        first = self._first_ordinal.get(c)
+        if first is None:
+            rounds = self.config.rounds
+            first = self._extra_base + sum(k * rounds for k in range(1, c)
+                                           if k not in self.config.levels)
+            self._first_ordinal[c] = first
+        return first + rnd * c + worker
 
     def warmup_ordinal(self, i: int) -> int:
         return self._warmup_ordinal + i

@@ -1,8 +1,12 @@
-"""Start and stop the bundled Engram server for a bench run (stdlib only: no torch here).
+"""Start and stop a server for a bench run (stdlib only: no torch here).
 
-The server runs as its own process (`python -m runners.engram`) on a free loopback port,
-with its log in results/logs/. It is stopped on every exit path: normal end, errors,
-Ctrl-C; and, through PR_SET_PDEATHSIG, even when the bench process is killed outright.
+`ManagedServer` runs any command that serves OpenAI on `--host/--port` and answers /health
+(the bundled Engram server, vLLM) as its own process group on a free loopback port, with its
+log in results/logs/. It is stopped on every exit path: normal end, errors, Ctrl-C; and,
+through PR_SET_PDEATHSIG, even when the bench process is killed outright. A server that dies
+on its own (a crash, a kill -9) is noticed at once: what it left behind in its process group
+(vLLM's engine and worker processes) is killed, and `death` says how it ended, with the last
+lines of its log.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -24,7 +29,12 @@ _PR_SET_PDEATHSIG = 1
 
 
 class ServerStartError(RuntimeError):
-    """The bundled server did not come up; the message carries its own last words."""
+    """The server did not come up; the message carries its own last words."""
+
+
+class ServerDied(RuntimeError):
+    """The server exited during the run without being asked to; the message ends with the
+    last lines of its log."""
 
 
 def free_port() -> int:
@@ -46,24 +56,45 @@ def _tail(path: Path, lines: int = 6) -> str:
     return " | ".join(text[-lines:])
 
 
-class BundledServer:
-    """`with BundledServer(args) as server:` -> server.url is an OpenAI base URL."""
+def _kill_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when nothing is left in it."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
-    def __init__(self, server_args: Sequence[str], log_dir: Path = Path("results/logs"),
-                 startup_timeout_s: float = 600.0, attempts: int = 3) -> None:
-        self.server_args = list(server_args)
+
+class ManagedServer:
+    """`with ManagedServer(command) as server:` -> server.url is an OpenAI base URL.
+
+    `command` is the whole argv but `--host 127.0.0.1 --port N`, which are appended; `name`
+    names the server in messages; `env` replaces the environment when given.
+    """
+
+    def __init__(self, command: Sequence[str], name: str = "the server",
+                 log_dir: Path = Path("results/logs"), startup_timeout_s: float = 600.0,
+                 attempts: int = 3, env: dict[str, str] | None = None,
+                 log_prefix: str = "server") -> None:
+        self.command = list(command)
+        self.name = name
         self.log_dir = log_dir
         self.startup_timeout_s = startup_timeout_s
         self.attempts = attempts
+        self.env = env
+        self.log_prefix = log_prefix
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.log_path: Path | None = None
+        self.start_s = 0.0  # seconds from launch to a healthy /health
+        self.death: str | None = None  # set when it exited without being stopped
+        self._stopping = threading.Event()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def __enter__(self) -> BundledServer:
+    def __enter__(self) -> ManagedServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for attempt in range(self.attempts):
             try:
@@ -82,45 +113,84 @@ class BundledServer:
     def _start(self) -> None:
         self.port = free_port()  # a port taken meanwhile fails the start: retried on another
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.log_path = self.log_dir / f"server-{stamp}-{self.port}.log"
+        self.log_path = self.log_dir / f"{self.log_prefix}-{stamp}-{self.port}.log"
+        self._stopping.clear()
+        self.death = None
+        t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "runners.engram", *self.server_args,
-                 "--host", "127.0.0.1", "--port", str(self.port)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [*self.command, "--host", "127.0.0.1", "--port", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True,  # Ctrl-C reaches the bench, which stops the server
                 preexec_fn=_die_with_parent,
             )
-        deadline = time.monotonic() + self.startup_timeout_s
+        deadline = t0 + self.startup_timeout_s
         while time.monotonic() < deadline:
             code = self.proc.poll()
             if code is not None:
                 raise ServerStartError(
-                    f"the bundled server exited with code {code} while starting: "
+                    f"{self.name} exited with code {code} while starting: "
                     f"{_tail(self.log_path)} (log: {self.log_path})")
             if self._healthy():
+                self.start_s = time.monotonic() - t0
+                threading.Thread(target=self._watch, args=(self.proc,), daemon=True,
+                                 name="server-watch").start()
                 return
             time.sleep(0.2)
-        raise ServerStartError(f"the bundled server did not answer /health within "
+        raise ServerStartError(f"{self.name} did not answer /health within "
                                f"{self.startup_timeout_s:g} s (log: {self.log_path})")
 
     def _healthy(self) -> bool:
+        """HTTP 200 on /health; a JSON body with a `status` must say ok (vLLM's is empty)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
-                return json.load(r).get("status") == "ok"
-        except (OSError, ValueError):
+                body = r.read()
+                if r.status != 200:
+                    return False
+        except OSError:
             return False
+        try:
+            data = json.loads(body) if body.strip() else {}
+        except ValueError:
+            return True
+        return not isinstance(data, dict) or data.get("status", "ok") == "ok"
+
+    def _watch(self, proc: subprocess.Popen) -> None:
+        """A death not asked for: note how it ended, kill what it left in its group."""
+        code = proc.wait()
+        if self._stopping.is_set():
+            return
+        _kill_group(proc.pid, signal.SIGKILL)
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        self.death = (f"{self.name} {how} during the run; its log ends: "
+                      f"{_tail(self.log_path) if self.log_path else ''} (log: {self.log_path})")
 
     def stop(self) -> None:
-        """SIGTERM (uvicorn shuts down, the table is unmapped), SIGKILL if it hangs."""
+        """SIGTERM to the group (the server shuts down cleanly), SIGKILL if it hangs; then
+        whatever is left in the group (children of a server that died first) is killed."""
+        self._stopping.set()
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        if proc.poll() is None:
+            _kill_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        deadline = time.monotonic() + 5  # its children, which end with it or are ended here
+        while _kill_group(proc.pid, 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _kill_group(proc.pid, signal.SIGKILL)
+
+
+class BundledServer(ManagedServer):
+    """`with BundledServer(args) as server:` -> the bundled Engram server
+    (`python -m runners.engram ARGS`); server.url is an OpenAI base URL."""
+
+    def __init__(self, server_args: Sequence[str], log_dir: Path = Path("results/logs"),
+                 startup_timeout_s: float = 600.0, attempts: int = 3) -> None:
+        self.server_args = list(server_args)
+        super().__init__([sys.executable, "-m", "runners.engram", *self.server_args],
+                         "the bundled server", log_dir, startup_timeout_s, attempts)

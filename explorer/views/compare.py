@@ -1,4 +1,5 @@
-"""Two or more runs overlaid, with the per-C difference against a baseline run."""
+"""Two or more runs overlaid, with the per-C difference against a baseline run, and one server
+metric (from /metrics) of every run that recorded it."""
 
 import streamlit as st
 
@@ -38,3 +39,17 @@ else:
         st.dataframe(caps, hide_index=True, width="stretch")
         ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
                     "compare_levels")
+        st.subheader("Server metrics")
+        figures = data.server_figures(ui.database()[0], selected)
+        columns = data.server_columns(figures)
+        if not columns:
+            st.caption("None of the chosen runs recorded server metrics (Prometheus /metrics).")
+        else:
+            names = {k: label for k, (label, _) in data.SERVER_FIGURES.items()}
+            chosen = st.selectbox("server metric", columns, format_func=lambda c: names.get(c, c),
+                                  key="compare_server_metric")
+            st.plotly_chart(charts.server_metric_vs_c(figures, chosen, names.get(chosen, chosen),
+                                                      labels), width="stretch")
+            shown = set(figures.loc[figures[chosen].notna(), "run_id"])
+            if without := [labels[r] for r in selected if r not in shown]:
+                st.caption(f"Not recorded for: {'; '.join(without)}.")

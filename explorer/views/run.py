@@ -1,5 +1,6 @@
 """One run: TTFT and TPS against C with the targets, per-level table, distributions,
-first round against the rest, and the server's Engram counters with the step-time breakdown."""
+first round against the rest, the server's Engram counters with the step-time breakdown, and
+the server's own metrics (/metrics) beside the client's TTFT."""
 
 import streamlit as st
 
@@ -31,6 +32,10 @@ COUNTERS = {
     "cache_state": ("cache state", None),
     "decode": ("decode", None),
 }
+
+# the client's figures shown beside the server's
+CLIENT_TTFT = {"concurrency": ("C", "%d"), "mean_ttft_ms": ("client TTFT mean (ms)", "%.1f"),
+               "p50_ttft_ms": ("client TTFT p50 (ms)", "%.1f")}
 
 st.title("Run")
 labels = ui.run_labels()
@@ -100,6 +105,30 @@ else:
                 parts = data.breakdown_frame(stats)
                 if not parts.empty:
                     st.plotly_chart(charts.step_breakdown(parts), width="stretch")
+            st.subheader("Server metrics per level")
+            figures = data.server_figures(path, [run_id])
+            if figures.empty:
+                st.caption("No server metrics for this run: its target exposed no Prometheus "
+                           "/metrics, or it ran with --no-server-metrics or before they were "
+                           "recorded.")
+            else:
+                st.caption("From the target's Prometheus /metrics, scraped as each level began "
+                           "and ended and every 0.5 s between: the server's own TTFT and queue "
+                           "time from the level's histogram buckets, gauges as mean and max, "
+                           "counters as the level's growth; blank where the server exposes "
+                           "nothing of the kind. Means are exact; percentiles are only as fine "
+                           "as the server's buckets (vLLM's queue time starts at 0.3 s, so a "
+                           "level that never queued shows a p50 of 150 ms).")
+                joined = data.server_vs_client(levels, figures)
+                shown = joined[["concurrency", "mean_ttft_ms", "p50_ttft_ms",
+                                *data.server_columns(joined)]].dropna(axis=1, how="all")
+                names = {**CLIENT_TTFT, **data.SERVER_FIGURES}
+                st.dataframe(
+                    shown.rename(columns={k: label for k, (label, _) in names.items()}),
+                    hide_index=True, width="stretch",
+                    column_config={label: st.column_config.NumberColumn(format=fmt)
+                                   for key, (label, fmt) in names.items() if key in shown})
+                st.plotly_chart(charts.ttft_sources(joined), width="stretch")
             n_requests = int(levels["requests"].sum())
             ui.download("Requests CSV", lambda: data.requests_frame(path, [run_id]),
                         f"{run_id}_requests.csv", n_requests, "run_requests")

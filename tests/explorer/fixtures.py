@@ -5,6 +5,8 @@ Per-request TTFT and TPS follow fixed per-level means with a seeded spread, so t
 figures are known: run `mem` passes C=1,2,4 (Max C 4), run `nvme` passes C=1,2 (Max C 2).
 Server counters per level: run `nvme` has the bundled server's current /stats keys (what each
 level adds is `nvme_growth`, the gauges after it `nvme_gauges`); run `mem` has the older keys.
+Server metrics (/metrics) per level: run `mem` has `server_metric_rows`, in vLLM's names plus
+the bundled server's own; run `nvme` has none.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import random
 from pathlib import Path
 
 from harness.records import RequestRecord
+from harness.server_metrics import MetricRow
 from harness.store import Store
 
 T0 = 1_790_000_000.0
@@ -84,6 +87,43 @@ def write_old_stats(store: Store, run_id: str, placement: str) -> None:
         store.write_server_stats(run_id, c, before, after)
 
 
+SERVER_TTFT_GAP_MS = 12.0  # server TTFT mean = the client's level mean - this
+VLLM_LABELS = json.dumps({"engine": "0", "model_name": "qwen-mini"})
+
+
+def server_metric_rows(c: int) -> list[MetricRow]:
+    """Level C of run `mem` as the scraper stores it (seconds as exposed)."""
+    ttft_s = (PROFILES["mem"][c][0] - SERVER_TTFT_GAP_MS) / 1000
+    offload = json.dumps({"engine": "0", "model_name": "qwen-mini", "transfer_type": "GPU_to_CPU"})
+
+    def row(name: str, kind: str, stat: str, value: float, labels: str = VLLM_LABELS
+            ) -> MetricRow:
+        return MetricRow(name, labels, kind, stat, value)
+
+    ttft, queue = "vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds"
+    return [
+        row(ttft, "histogram", "count", 10 * c), row(ttft, "histogram", "mean", ttft_s),
+        row(ttft, "histogram", "p50", ttft_s - 0.005), row(ttft, "histogram", "p90", ttft_s + 0.02),
+        row(ttft, "histogram", "p99", ttft_s + 0.04),
+        row(queue, "histogram", "count", 10 * c), row(queue, "histogram", "mean", 0.01 * c),
+        row(queue, "histogram", "p50", 0.008 * c),
+        row("vllm:num_requests_running", "gauge", "mean", 0.9 * c),
+        row("vllm:num_requests_running", "gauge", "max", c),
+        row("engram_running_requests", "gauge", "mean", 0.9 * c, "{}"),  # the same, own name
+        row("engram_running_requests", "gauge", "max", c, "{}"),
+        row("vllm:num_requests_waiting", "gauge", "mean", 0.0),
+        row("vllm:num_requests_waiting", "gauge", "max", 0.0),
+        row("vllm:kv_cache_usage_perc", "gauge", "mean", 0.05 * c),
+        row("vllm:kv_cache_usage_perc", "gauge", "max", 0.06 * c),
+        row("vllm:num_preemptions_total", "counter", "delta", 2.0 if c == 8 else 0.0),
+        row("vllm:prefix_cache_queries_total", "counter", "delta", 1280.0 * c),
+        row("vllm:prefix_cache_hits_total", "counter", "delta", 160.0 * c),
+        row("vllm:kv_offload_total_bytes_total", "counter", "delta", 4096.0 * c, offload),
+        row("engram_disk_read_bytes_total", "counter", "delta", 65536.0 * c, "{}"),
+        row("process_cpu_seconds_total", "counter", "delta", 1.5, "{}"),
+    ]
+
+
 def records(kind: str, rounds: int = 10, seed: int = 1) -> list[RequestRecord]:
     rng = random.Random(f"{kind}-{seed}")
     out = []
@@ -124,6 +164,8 @@ def build(path: Path) -> dict[str, str]:
             write_nvme_stats(store, run_id)
         else:
             write_old_stats(store, run_id, placement)
+            for c in LEVELS:
+                store.write_server_metrics(run_id, c, server_metric_rows(c))
         store.finish_run(run_id, "complete")
         ids[kind] = run_id
     return ids

@@ -1,0 +1,211 @@
+"""The harness against a real engine: vLLM's CPU build serving the tiny Llama of runners/vllm.
+
+Runs under `make test-vllm` (which sets up .venv-vllm and ENGRAM_TEST_VLLM=1); `make test`
+skips it with the reason. One server is started for the module; the CLI tests that start
+their own (`--bundled vllm`) run in the repository, so the model written once is reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from harness.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.endpoint import Endpoint
+from harness.records import RequestRecord
+from harness.store import Store
+from harness.workload import payload
+from runners.vllm import setup
+from runners.vllm.model import MARKER, TinyLlama
+from runners.vllm.server import server_args, vllm_server
+from tests.conftest import ROOT, run_cli
+
+if not setup.installed():
+    pytest.skip("vLLM is not installed: `make test-vllm` sets up .venv-vllm and runs these "
+                "tests", allow_module_level=True)
+if os.environ.get("ENGRAM_TEST_VLLM") != "1":
+    pytest.skip("the real-vLLM tests run under `make test-vllm` (ENGRAM_TEST_VLLM=1), not "
+                "`make test`", allow_module_level=True)
+
+MODELS = ROOT / "results" / "models"
+PROMPT = ("The committee met on a grey morning to weigh the proposal for a new bridge across "
+          "the river, and after a long debate about its cost and its likely use they agreed "
+          "to commission a further study of the traffic before deciding anything at all.")
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    with vllm_server(server_args(8), say=print, log_dir=logs, models_dir=MODELS) as server:
+        pid = server.proc.pid
+        yield server
+    assert not group_alive(pid), "vLLM processes left behind"
+
+
+def model_of(url: str) -> str:
+    with urllib.request.urlopen(url + "/models", timeout=10) as r:
+        return json.load(r)["data"][0]["id"]
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def processes(needle: bytes, parent: int | None = None) -> list[int]:
+    """Processes whose command line holds `needle` (children of `parent` when given)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent in (None, ppid) and needle in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
+
+
+# Tests that start their own server come first: one vLLM at a time (~3.5 GiB each).
+
+def test_a_server_that_fails_to_start_gives_one_sentence_and_no_run(tmp_path):
+    """A model directory that looks written but is not a model: vLLM exits while starting."""
+    spec = TinyLlama()
+    broken = tmp_path / "results" / "models" / spec.name
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{not json")
+    (broken / MARKER).write_text(json.dumps(asdict(spec)))
+    db = tmp_path / "b.duckdb"
+    proc = run_cli("run", "--bundled", "vllm", "--device", "cpu", "--db", str(db),
+                   "--no-progress", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("engram-bench: error: the vLLM server exited with code"), error
+    assert "while starting" in error and "(log: results/logs/vllm-" in error
+    assert Store(db).runs() == []
+    assert not processes(str(broken).encode())
+
+
+def test_vllm_killed_mid_sweep_fails_the_run_with_its_log_and_leaves_nothing(tmp_path):
+    db = tmp_path / "b.duckdb"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--bundled", "vllm", "--device", "cpu",
+         "--levels", "1,2", "--rounds", "20", "--db", str(db), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (db.exists() and (runs := Store(db).runs())
+                   and Store(db).done_rounds(runs[-1]["run_id"])):
+            assert cli.poll() is None, cli.communicate()
+            assert time.monotonic() < deadline, "no round finished within 240 s"
+            time.sleep(0.2)
+        [server] = processes(b"vllm.entrypoints.openai.api_server", parent=cli.pid)
+        assert len(group_alive(server)) >= 3  # the API server, its engine core and worker
+        os.kill(server, signal.SIGKILL)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("engram-bench: error: the vLLM server was killed by signal 9 "
+                           "during the run; its log ends: "), last
+    [run] = Store(db).runs()
+    assert run["status"] == "failed"
+    assert "killed by signal 9" in run["error"] and "Application startup complete" in run["error"]
+    records = Store(db).requests(run["run_id"])
+    assert len(records) == 1 * 20 + 2 * 20  # every request is stored, the failed ones too
+    kinds = {r.error_kind for r in records}
+    assert any(r.ok for r in records) and kinds - {None} <= {"dropped", "connect_error"}
+    assert "dropped" in kinds  # the one in flight when the server died
+    deadline = time.monotonic() + 10
+    while group_alive(server):  # its engine core and worker are killed with it
+        assert time.monotonic() < deadline, f"left behind: {group_alive(server)}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_streams_carry_usage_and_honour_ignore_eos_and_min_tokens(vllm, api):
+    endpoint = Endpoint(vllm.url, api, None)
+    body = payload(api, model_of(vllm.url), PROMPT, 128, 0.0)
+
+    async def one() -> RequestRecord:
+        pool = ConnectionPool(endpoint, connect_timeout=10)
+        try:
+            return await stream_completion(
+                pool, build_request(endpoint, body, f"t-{api}"),
+                RequestRecord(f"t-{api}", 1, 0, 0, 0.0), Clock(), 120, 60)
+        finally:
+            pool.close()
+
+    record = asyncio.run(one())
+    assert record.ok, record.error_message
+    assert record.output_tokens == 128 and not record.output_tokens_estimated  # usage present
+    assert record.finish_reason == "length"  # ignore_eos + min_tokens: never stopped early
+    assert record.input_tokens > 50  # the prompt as the server counted it
+    # the role-only first chat delta (content "") neither ends TTFT nor counts as a chunk
+    assert 0 < record.chunks <= 128
+    assert 0 < record.ttft_ms < record.latency_ms
+
+
+def test_metrics_is_prometheus_text_with_vllm_names(vllm):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(vllm.url.removesuffix("/v1") + "/metrics", timeout=10) as r:
+        families = {f.name: f.type for f in text_string_to_metric_families(r.read().decode())}
+    assert families["vllm:num_requests_running"] == "gauge"
+    assert families["vllm:kv_cache_usage_perc"] == "gauge"
+    assert families["vllm:time_to_first_token_seconds"] == "histogram"
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_a_sweep_calibrates_prompts_and_stores_server_metrics(vllm, tmp_path, api):
+    """Single prompts spread ~+-5% in tokens around the calibrated length, so a level's mean
+    is judged over 8 and 32 requests; 32 output tokens keep them short (128 are checked
+    above), still forced to that length."""
+    db = tmp_path / "b.duckdb"
+    proc = run_cli("run", "--url", vllm.url, "--api", api, "--levels", "2,8", "--rounds", "4",
+                   "--output-tokens", "32", "--db", str(db), "--json", "--no-progress",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["status"], summary["engine"]) == ("complete", "vllm")
+    for level in summary["levels"]:
+        assert level["errors"] == 0 and level["short_outputs"] == 0
+        assert abs(level["mean_prompt_tokens"] / 128 - 1) <= 0.05, level
+        assert level["mean_output_tokens"] == 32
+    records = Store(db).requests(summary["run_id"])
+    assert len(records) == 2 * 4 + 8 * 4
+    assert all(r.output_tokens == 32 and not r.output_tokens_estimated for r in records)
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT concurrency, name, kind, stat, value FROM server_metrics "
+                           "WHERE run_id = ?", [summary["run_id"]]).fetchall()
+    got = {(c, name, stat): value for c, name, kind, stat, value in rows}
+    for c in (2, 8):
+        assert 1 <= got[(c, "vllm:num_requests_running", "max")] <= c
+        assert 0 < got[(c, "vllm:kv_cache_usage_perc", "max")] <= 1
+        assert got[(c, "vllm:time_to_first_token_seconds", "count")] == 4 * c  # the level's
+        assert got[(c, "vllm:time_to_first_token_seconds", "p50")] > 0
