@@ -62,3 +62,34 @@ def test_run_page_renders_max_c_in_chromium(served_app, tmp_path):
         browser.close()
     assert text == "Max C2"  # fixture-nvme, the newest run, passes C=1,2
     assert shot.stat().st_size > 10_000
+
+
+def test_run_page_shows_server_and_client_ttft_in_chromium(served_app, tmp_path):
+    """The fixture run with server metrics: the server's own TTFT beside the client's, in a
+    real browser; the screenshot is saved under the test's tmp dir."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does)")
+        pytest.skip("Debian's chromium is not installed here")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=["--no-sandbox", "--disable-gpu",
+                                           "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        page.goto(served_app + "/run", wait_until="domcontentloaded")
+        page.locator('[data-testid="stSelectbox"]').first.click(timeout=60_000)
+        page.get_by_role("option", name="fixture-mem", exact=False).first.click()
+        heading = page.get_by_text("Server metrics per level")
+        heading.wait_for(timeout=60_000)
+        heading.scroll_into_view_if_needed()
+        table = page.locator('[data-testid="stDataFrame"]').last
+        table.wait_for(timeout=30_000)
+        page.wait_for_timeout(1500)
+        shot = tmp_path / "run_page_server_metrics.png"
+        page.screenshot(path=str(shot))
+        charts = page.locator(".js-plotly-plot").count()
+        browser.close()
+    assert shot.stat().st_size > 10_000
+    assert charts >= 1
