@@ -354,7 +354,7 @@ def main() -> int:
           f"{args.rounds} rounds per level, closed loop; clients interleaved per level on "
           f"{'uvloop' if 'uvloop' in sys.modules else 'asyncio'}; httpx {httpx.__version__}, "
           f"aiohttp {aiohttp.__version__}")
-    header = (f"{'C':>4} {'client':<12} {'reqs':>5} {'bias mean':>10} {'bias p50':>9} "
+    header = (f"{'C':>4} {'client':<14} {'reqs':>5} {'bias mean':>10} {'bias p50':>9} "
               f"{'bias p99':>9} {'send lag':>9} {'recv lag':>9} {'TPS err':>8} {'TPS max':>8} "
               f"{'CPU/chunk':>10}  verdict")
     print(header)
@@ -399,7 +399,7 @@ def _row(shown_c: int | None, arm: str, c: int, m: Measured, timings: dict,
         missed.append("CPU/chunk")
     verdict = f"MISSES {', '.join(missed)}" if missed else "meets targets"
     label = f"{shown_c:>4}" if shown_c is not None else " " * 4
-    print(f"{label} {arm:<12} {len(bias):>5} {mean_bias:>8.2f}ms {quantile(bias, .5):>7.2f}ms "
+    print(f"{label} {arm:<14} {len(bias):>5} {mean_bias:>8.2f}ms {quantile(bias, .5):>7.2f}ms "
           f"{quantile(bias, .99):>7.2f}ms {statistics.fmean(send_lag):>7.2f}ms "
           f"{statistics.fmean(recv_lag):>7.2f}ms {statistics.fmean(tps_err):>+7.2f}% "
           f"{max(abs(e) for e in tps_err):>7.2f}% {cpu_us:>8.1f}us  {verdict}")
