@@ -105,4 +105,4 @@ export: $(STAMP)
 	$(BIN)/engram-bench export $(if $(RUN),--run $(RUN)) --format $(FORMAT) --db $(DB)
 
 clean:
-	rm -rf $(VENV) results/exports results/logs
+	rm -rf $(VENV) .venv-vllm results/exports results/logs
