@@ -69,3 +69,18 @@ def run_cli(
         capture_output=True, text=True, timeout=timeout, cwd=cwd,
         env={**os.environ, **(env or {})},
     )
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids

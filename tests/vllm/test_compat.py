@@ -29,7 +29,7 @@ from harness.workload import payload
 from runners.vllm import setup
 from runners.vllm.model import MARKER, TinyLlama
 from runners.vllm.server import server_args, vllm_server
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, group_alive, run_cli
 
 if not setup.installed():
     pytest.skip("vLLM is not installed: `make test-vllm` sets up .venv-vllm and runs these "
@@ -57,20 +57,6 @@ def model_of(url: str) -> str:
     with urllib.request.urlopen(url + "/models", timeout=10) as r:
         return json.load(r)["data"][0]["id"]
 
-
-def group_alive(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 def processes(needle: bytes, parent: int | None = None) -> list[int]:

@@ -7,27 +7,12 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 from harness import cli
 from harness.store import Store
 from runners.lifecycle import ManagedServer
 from runners.vllm import setup
-from tests.conftest import run_cli
-
-
-def group_alive(pgid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
+from tests.conftest import group_alive, run_cli
 
 
 def test_bundled_vllm_runs_the_device_profile_through_max_num_seqs(tmp_path):
