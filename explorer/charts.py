@@ -15,26 +15,38 @@ def _log2_axis(fig: go.Figure, values: pd.Series) -> None:
                      title="concurrency C")
 
 
+PROBE_NAME = "probe level (run --search)"
+
+
 def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
                 passing: set[tuple[str, int]], y_title: str, labels: dict[str, str]
                 ) -> go.Figure:
-    """One line per run; filled markers where the level meets every target, hollow where not."""
+    """One line per run; filled markers where the level meets every target, hollow where not;
+    diamonds for the levels `run --search` probed, so the search's work shows."""
     fig = go.Figure()
+    probes = levels["probe"].eq(True) if "probe" in levels else pd.Series(False, levels.index)
     for i, (run_id, frame) in enumerate(levels.groupby("run_id", sort=False)):
         frame = frame.sort_values("concurrency")
         ok = [(run_id, int(c)) in passing for c in frame["concurrency"]]
+        probe = probes[frame.index].tolist()
         color = PALETTE[i % len(PALETTE)]
         published = "source" in frame and (frame["source"] == "published").all()
         fig.add_trace(go.Scatter(
             x=frame["concurrency"], y=frame[y], mode="lines+markers",
             name=labels.get(run_id, run_id),
             line={"color": color, "dash": "dot" if published else "solid"},
-            marker={"size": 11, "color": color, "line": {"color": color, "width": 2},
-                    "symbol": ["circle" if p else "circle-open" for p in ok]},
-            customdata=[["passes" if p else "fails"] for p in ok],
-            hovertemplate="C=%{x}<br>%{y:.1f}<br>%{customdata[0]}<extra>%{fullData.name}"
-                          "</extra>",
+            marker={"size": [14 if p else 11 for p in probe], "color": color,
+                    "line": {"color": color, "width": 2},
+                    "symbol": [("diamond" if p else "circle") + ("" if k else "-open")
+                               for p, k in zip(probe, ok, strict=True)]},
+            customdata=[["passes" if k else "fails", " · probe" if p else ""]
+                        for p, k in zip(probe, ok, strict=True)],
+            hovertemplate="C=%{x}<br>%{y:.1f}<br>%{customdata[0]}%{customdata[1]}"
+                          "<extra>%{fullData.name}</extra>",
         ))
+    if probes.any():  # a legend key for the diamonds
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=PROBE_NAME,
+                                 marker={"symbol": "diamond", "size": 12, "color": "grey"}))
     fig.add_hline(y=target, line={"color": "grey", "dash": "dash"},
                   annotation_text=target_label, annotation_position="top left")
     _log2_axis(fig, levels["concurrency"])

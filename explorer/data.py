@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
-from harness.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
+from harness.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
 from harness.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.store import DEFAULT_DB, Store
 
@@ -320,17 +321,51 @@ def points(levels_frame: pd.DataFrame, statistic: str = "mean") -> dict[str, lis
     return out
 
 
+def probe_levels(levels_frame: pd.DataFrame) -> dict[str, set[int]]:
+    """Per run, the levels `run --search` added (published runs have none)."""
+    if "probe" not in levels_frame:
+        return {}
+    probes = levels_frame[levels_frame["probe"].eq(True)]
+    return {run_id: set(map(int, frame["concurrency"]))
+            for run_id, frame in probes.groupby("run_id")}
+
+
+def verdict(cap: Capacity, probes: Collection[int] = ()) -> str:
+    """One line a buyer can act on: Max C, how far it can be trusted (the bounds that
+    `capacity` warns about) and the users it serves."""
+    if not cap.levels:
+        return "no levels to judge"
+    searched = ", found by --search" if probes else ""
+    if cap.max_c == 0:
+        return f"Max C 0 (no level meets the targets{searched}): no users"
+    above = [v.concurrency for v in cap.levels if v.concurrency > cap.max_c]
+    if not above:
+        how = "lower bound: no higher level tested"
+    elif min(above) == cap.max_c + 1:
+        how = "exact"
+    else:
+        gap = range(cap.max_c + 1, min(above))
+        how = f"lower bound: C={gap[0]}{f'-{gap[-1]}' if len(gap) > 1 else ''} not tested"
+    below = [str(v.concurrency) for v in cap.levels
+             if not v.passes and v.concurrency < cap.max_c]
+    odd = f"; C={','.join(below)} fails below it" if below else ""
+    return (f"Max C {cap.max_c} ({how}{searched}{odd}): {cap.chat_users} chat / "
+            f"{cap.agentic_users} agentic users")
+
+
 def capacity_table(levels_frame: pd.DataFrame, targets: Targets) -> pd.DataFrame:
-    """Max C and users for every run in the frame, through harness.metrics."""
+    """Max C, users and the verdict line for every run in the frame, through harness.metrics."""
+    probes = probe_levels(levels_frame)
     rows = []
     for run_id, pts in points(levels_frame, targets.statistic).items():
         cap = capacity(pts, targets)
         rows.append({"run_id": run_id, "max_c": cap.max_c, "chat_users": cap.chat_users,
                      "agentic_users": cap.agentic_users,
+                     "verdict": verdict(cap, probes.get(run_id, set())),
                      "passing": ",".join(str(v.concurrency) for v in cap.levels if v.passes),
                      "warnings": "; ".join(cap.warnings)})
     return pd.DataFrame(rows, columns=["run_id", "max_c", "chat_users", "agentic_users",
-                                       "passing", "warnings"])
+                                       "verdict", "passing", "warnings"])
 
 
 def to_csv(frame: pd.DataFrame) -> bytes:

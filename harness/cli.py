@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness import aio, report
+from harness.arrivals import ARRIVALS
 from harness.config import (
     DEFAULT_LEVELS,
     MAX_TEMPERATURE,
@@ -25,6 +26,7 @@ from harness.config import (
     ConfigError,
     RunConfig,
     parse_levels,
+    parse_rates,
 )
 from harness.endpoint import API_PATHS, Endpoint, EndpointError
 from harness.help_format import DefaultsHelp
@@ -57,6 +59,13 @@ class UserError(Exception):
 def _levels(text: str) -> tuple[int, ...]:
     try:
         return parse_levels(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        return parse_rates(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -168,7 +177,16 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--rounds", type=positive_int, default=10, help="requests per worker "
                      "and level")
     run.add_argument("--mode", choices=MODES, default="closed",
-                     help="closed: C workers back to back; burst: C requests at once, per round")
+                     help="closed: C workers back to back; burst: C requests at once, per "
+                          "round; rate: open loop at each of --rates")
+    run.add_argument("--rates", type=_rates,
+                     help="mode rate: request rates in requests/s, e.g. 0.5,1,2,4 (default: "
+                          "none)")
+    run.add_argument("--arrival", choices=ARRIVALS, default="poisson",
+                     help="mode rate: poisson (exponential gaps, seeded by --seed) or constant "
+                          "gaps")
+    run.add_argument("--duration", type=_positive_float, default=60.0, metavar="S",
+                     help="mode rate: seconds each rate level sends for")
     run.add_argument("--input-tokens", type=positive_int, default=128,
                      help="prompt tokens to calibrate to")
     run.add_argument("--output-tokens", type=positive_int, default=128,
@@ -284,7 +302,8 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         if args.url:
             config = replace(config, url=args.url, server_args=())
         return config, run["run_id"]
-    levels = args.levels or DEFAULT_LEVELS
+    rate_mode = args.mode == "rate"  # its load points are --rates: no default levels
+    levels = args.levels or (() if rate_mode else DEFAULT_LEVELS)
     placement = args.placement or ""
     server_args: tuple[str, ...] = ()
     if args.url and args.bundled:
@@ -295,7 +314,7 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
             raise UserError("give --device to sweep the bundled Engram server, or --url of an "
                             "OpenAI-compatible server, e.g. --url http://127.0.0.1:8000/v1")
         prof = profile(args.device)
-        levels = args.levels or prof.default_levels
+        levels = args.levels or (() if rate_mode else prof.default_levels)
         if args.bundled == "vllm":
             server_args = vllm_server_args(args, prof.max_running_requests)
         else:
@@ -311,7 +330,8 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         device=args.device or "", engine=args.engine or "",
         table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
         server_metrics=args.server_metrics, search=args.search,
-        max_concurrency=args.max_concurrency,
+        max_concurrency=args.max_concurrency, rates=args.rates or (), arrival=args.arrival,
+        duration_s=args.duration,
     )
     return config, None
 
@@ -361,8 +381,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     _handle_interrupts()
     targets = _targets(args)
     store = Store(args.db)
+    config, resume_id = config_for(args, store)  # bad flags stop here: nothing stored
     store.initialise()
-    config, resume_id = config_for(args, store)
     prompts = load(config.prompts, config.seed)  # a bad file stops here: nothing stored
     run_id = resume_id or new_run_id()
     progress = LevelProgress(enabled=not args.no_progress)

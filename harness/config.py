@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-MODES = ("closed", "burst")
+from harness.arrivals import ARRIVALS
+
+MODES = ("closed", "burst", "rate")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
 MAX_TEMPERATURE = 2.0  # OpenAI's range is 0..2
 
@@ -27,6 +29,25 @@ def parse_levels(text: str) -> tuple[int, ...]:
     if len(set(levels)) != len(levels):
         raise ConfigError("--levels lists a concurrency twice")
     return tuple(sorted(levels))
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """'0.5,1,2' -> (0.5, 1.0, 2.0): the request rates (requests/s) of `--mode rate`."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ConfigError("--rates needs at least one request rate, e.g. --rates 0.5,1,2,4")
+    rates = []
+    for item in items:
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = math.nan
+        if not 0 < rate < math.inf:
+            raise ConfigError(f"--rates must be numbers of requests/s above 0; {item!r} is not")
+        rates.append(rate)
+    if len(set(rates)) != len(rates):
+        raise ConfigError("--rates lists a rate twice")
+    return tuple(sorted(rates))
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,9 +77,13 @@ class RunConfig:
     server_metrics: bool = True  # scrape the target's Prometheus /metrics per level
     search: bool = False  # after the levels, probe until Max C is known to the integer
     max_concurrency: int = 256  # the search never probes above this
+    rates: tuple[float, ...] = ()  # mode rate: requests/s per level (its levels are empty)
+    arrival: str = "poisson"  # mode rate: poisson or constant gaps (harness.arrivals)
+    duration_s: float = 60.0  # mode rate: seconds each rate level sends for
 
     def __post_init__(self) -> None:
-        if not self.levels or any(c < 1 for c in self.levels):
+        self._check_rate_mode()
+        if any(c < 1 for c in self.levels) or (not self.levels and self.mode != "rate"):
             raise ConfigError("levels must be positive integers")
         if self.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, not {self.rounds}")
@@ -78,7 +103,7 @@ class RunConfig:
                               f"not {self.temperature}")
         if self.ca_bundle and self.insecure:
             raise ConfigError("--ca-bundle and --insecure contradict each other: give one")
-        if self.max_concurrency < max(self.levels):
+        if self.levels and self.max_concurrency < max(self.levels):
             raise ConfigError(f"--max-concurrency {self.max_concurrency} is below the highest "
                               f"level, {max(self.levels)}")
         if self.warmup < 0:
@@ -86,11 +111,33 @@ class RunConfig:
         if not self.prompts:
             raise ConfigError("--prompts needs words, text or a file")
 
+    def _check_rate_mode(self) -> None:
+        """Rates and concurrency levels are different load points: a run has one kind."""
+        if self.mode != "rate":
+            if self.rates:
+                raise ConfigError("--rates needs --mode rate")
+            return
+        if not self.rates:
+            raise ConfigError("--mode rate needs --rates, e.g. --rates 0.5,1,2,4")
+        if any(not 0 < r < math.inf for r in self.rates):
+            raise ConfigError("--rates must be numbers of requests/s above 0")
+        if not 0 < self.duration_s < math.inf:
+            raise ConfigError(f"--duration must be a positive number of seconds, "
+                              f"not {self.duration_s}")
+        if self.arrival not in ARRIVALS:
+            raise ConfigError(f"--arrival must be one of {', '.join(ARRIVALS)}, "
+                              f"not {self.arrival!r}")
+        if self.levels:
+            raise ConfigError("--levels are concurrencies: --mode rate takes --rates instead")
+        if self.search:
+            raise ConfigError("--search looks for a concurrency: it does not apply to --mode rate")
+
     def to_json_dict(self) -> dict:
         """What is stored in runs.config (no secrets: the API key never is)."""
         data = asdict(self)
         data["levels"] = list(self.levels)
         data["server_args"] = list(self.server_args)
+        data["rates"] = list(self.rates)
         return data
 
     @classmethod
@@ -103,4 +150,5 @@ class RunConfig:
             kept.setdefault("request_timeout_s", data["timeout_s"])
         kept["levels"] = tuple(kept["levels"])
         kept["server_args"] = tuple(kept.get("server_args", ()))
+        kept["rates"] = tuple(kept.get("rates", ()))
         return cls(**kept)

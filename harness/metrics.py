@@ -9,8 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from harness.records import RequestRecord
+
+if TYPE_CHECKING:
+    from harness.arrivals import SendLag
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 PROMPT_TOLERANCE = 0.05  # per-level prompt-token means must land within this of the target
@@ -50,6 +54,10 @@ class LevelStats:
     mean_output_tokens: float | None
     mean_prompt_tokens: float | None  # the server's usage.prompt_tokens: what was really sent
     throughput_tps: float | None
+    rate: float | None = None  # mode rate: requests/s (concurrency is then 0)
+    p50_send_lag_ms: float | None = None  # mode rate: actual - scheduled send time
+    p99_send_lag_ms: float | None = None
+    lag_warning: str | None = None  # the load generator, not the server, set the pace
 
 
 def mean_prompt_tokens(records: Iterable[RequestRecord]) -> float | None:
@@ -62,12 +70,28 @@ def prompt_warning(stats: LevelStats, target: int) -> str | None:
     mean = stats.mean_prompt_tokens
     if mean is None or abs(mean - target) <= PROMPT_TOLERANCE * target:
         return None
-    return (f"C={stats.concurrency}: prompts averaged {mean:.1f} tokens, {mean / target - 1:+.1%} "
+    return (f"{level_name(stats)}: prompts averaged {mean:.1f} tokens, {mean / target - 1:+.1%} "
             f"off the {target}-token target (tolerance {PROMPT_TOLERANCE:.0%})")
 
 
+def level_name(stats: LevelStats) -> str:
+    """'C=4', or 'R=2 req/s' for a rate level: how messages name a level."""
+    return f"C={stats.concurrency}" if stats.rate is None else f"R={stats.rate:g} req/s"
+
+
+def _send_lag(records: Sequence[RequestRecord]) -> SendLag | None:
+    """How late a rate level's requests went out; None outside rate mode."""
+    from harness.arrivals import send_lag  # arrivals builds on this module's quantile
+
+    sent = [r for r in records if r.scheduled_at is not None]
+    if not sent:
+        return None
+    return send_lag([r.scheduled_at for r in sent], [r.sent_at for r in sent])
+
+
 def level_stats(
-    concurrency: int, records: Sequence[RequestRecord], output_target: int
+    concurrency: int, records: Sequence[RequestRecord], output_target: int,
+    rate: float | None = None,
 ) -> LevelStats:
     """Statistics of one level. Throughput = successful output tokens / level wall time."""
     good = [r for r in records if r.ok]
@@ -79,6 +103,7 @@ def level_stats(
         start = min(r.sent_at for r in records)
         end = max(r.sent_at + (r.latency_ms or 0.0) / 1000 for r in records)
         throughput = sum(tokens) / (end - start) if end > start else None
+    lag = _send_lag(records)
     return LevelStats(
         concurrency=concurrency,
         requests=len(records),
@@ -95,14 +120,20 @@ def level_stats(
         mean_output_tokens=_mean(tokens),
         mean_prompt_tokens=mean_prompt_tokens(good),
         throughput_tps=throughput,
+        rate=rate,
+        p50_send_lag_ms=lag.p50_ms if lag else None,
+        p99_send_lag_ms=lag.p99_ms if lag else None,
+        lag_warning=lag.warning if lag else None,
     )
 
 
 def stats_by_level(records: Iterable[RequestRecord], output_target: int) -> list[LevelStats]:
-    by_c: dict[int, list[RequestRecord]] = {}
+    """One LevelStats per (concurrency, rate): concurrency levels first, then rates."""
+    by_level: dict[tuple[int, float | None], list[RequestRecord]] = {}
     for r in records:
-        by_c.setdefault(r.concurrency, []).append(r)
-    return [level_stats(c, by_c[c], output_target) for c in sorted(by_c)]
+        by_level.setdefault((r.concurrency, r.rate), []).append(r)
+    keys = sorted(by_level, key=lambda k: (k[1] is not None, k[0], k[1] or 0.0))
+    return [level_stats(c, by_level[(c, rate)], output_target, rate) for c, rate in keys]
 
 
 @dataclass(slots=True, frozen=True)
@@ -222,3 +253,32 @@ def capacity(points: Iterable[LevelPoint], targets: Targets | None = None) -> Ca
         levels=verdicts,
         warnings=warnings,
     )
+
+
+@dataclass(slots=True, frozen=True)
+class RateCapacity:
+    """The sustainable request rate: the highest tested rate meeting the targets."""
+
+    max_rate: float  # 0.0: no rate passes
+    levels: list[tuple[float, LevelVerdict]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def rate_capacity(stats: Iterable[LevelStats], targets: Targets | None = None) -> RateCapacity:
+    """Judge rate levels by the Max C rules; users are left out, as they need a concurrency."""
+    targets = targets or Targets()
+    rated = sorted((s for s in stats if s.rate is not None), key=lambda s: s.rate)
+    verdicts = [(s.rate, judge(point(s, targets.statistic), targets)) for s in rated]
+    max_rate = max((r for r, v in verdicts if v.passes), default=0.0)
+    warnings = [f"R={s.rate:g} req/s: {s.lag_warning}" for s in rated if s.lag_warning]
+    failed_below = [r for r, v in verdicts if not v.passes and r < max_rate]
+    if failed_below:
+        warnings.append(f"R={max_rate:g} req/s passes although lower rate(s) "
+                        f"{','.join(f'{r:g}' for r in failed_below)} fail")
+    if not verdicts:
+        warnings.append("no rate levels to judge")
+    elif max_rate == 0.0:
+        warnings.append("no rate meets the targets")
+    elif max_rate == verdicts[-1][0]:
+        warnings.append(f"sustainable rate >= {max_rate:g} req/s: no higher rate was tested")
+    return RateCapacity(max_rate, verdicts, warnings)

@@ -38,6 +38,8 @@ class RequestRecord:
     error_message: str | None = None
     http_status: int | None = None
     retried: str | None = None  # the first attempt's error kind when the request was re-sent
+    rate: float | None = None  # mode rate: the level's requests/s (concurrency is then 0)
+    scheduled_at: float | None = None  # mode rate: when the schedule said to send (wall s)
 
     @property
     def ok(self) -> bool:

@@ -16,10 +16,12 @@ from harness.metrics import (
     STATISTIC_FIELDS,
     LevelPoint,
     LevelStats,
+    LevelVerdict,
     Targets,
     capacity,
     point,
     prompt_warning,
+    rate_capacity,
     stats_by_level,
 )
 from harness.records import RequestRecord
@@ -31,6 +33,9 @@ FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
                  "mean_tps", "p50_tps", "p10_tps", "p1_tps")
 SUMMARY_LEVEL_FIELDS = ("concurrency", "requests", "errors", "short_outputs", *FIGURE_FIELDS,
                         "mean_prompt_tokens", "mean_output_tokens", "throughput_tps")
+RATE_LEVEL_FIELDS = ("rate", "p50_send_lag_ms", "p99_send_lag_ms")  # added for rate runs
+USERS_NEED_C = ("users are counted from Max C, a concurrency: a rate run reports the "
+                "sustainable request rate instead (run --mode closed for users)")
 
 
 class CapacityCSVError(ValueError):
@@ -41,16 +46,12 @@ def summarise(
     run: dict, stats: Sequence[LevelStats], records: Sequence[RequestRecord], targets: Targets,
     search: SearchPlan | None = None,
 ) -> dict:
-    """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C."""
-    cap = capacity([point(s, targets.statistic) for s in stats], targets)
-    verdicts = {v.concurrency: v for v in cap.levels}
-    levels = []
-    for s in stats:
-        row = {k: _round(getattr(s, k)) for k in SUMMARY_LEVEL_FIELDS}
-        row["passes"] = verdicts[s.concurrency].passes
-        row["fails_because"] = verdicts[s.concurrency].reason or None
-        levels.append(row)
-    warnings = list(cap.warnings)
+    """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
+    A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency."""
+    if run["mode"] == "rate":
+        levels, found, warnings = _rate_levels(run, stats, targets)
+    else:
+        levels, found, warnings = _concurrency_levels(run, stats, targets, search)
     if _calibrated(run):
         warnings += [w for s in stats if (w := prompt_warning(s, run["input_tokens"]))]
     estimated = sum(1 for r in records if r.ok and r.output_tokens_estimated)
@@ -60,9 +61,6 @@ def summarise(
     short = sum(s.short_outputs for s in stats)
     if short:
         warnings.append(f"{short} request(s) ended before {run['output_tokens']} output tokens")
-    missing = sorted(set(run["levels"]) - {s.concurrency for s in stats})
-    if missing:
-        warnings.append(f"levels not measured: C={','.join(map(str, missing))}")
     return {
         "run_id": run["run_id"], "status": run["status"], "device": run["device"],
         "engine": run["engine"], "model": run["model"],
@@ -71,11 +69,52 @@ def summarise(
         "input_tokens": run["input_tokens"], "measured_input_tokens": run["measured_input_tokens"],
         "output_tokens": run["output_tokens"],
         "targets": asdict(targets), **_judged(targets.statistic), "levels": levels,
+        **found, "warnings": warnings,
+    }
+
+
+def _level_row(s: LevelStats, verdict: LevelVerdict, fields: Sequence[str]) -> dict:
+    row = {k: _round(getattr(s, k)) for k in fields}
+    return {**row, "passes": verdict.passes, "fails_because": verdict.reason or None}
+
+
+def _concurrency_levels(
+    run: dict, stats: Sequence[LevelStats], targets: Targets, search: SearchPlan | None
+) -> tuple[list[dict], dict, list[str]]:
+    """Per-level rows, Max C with users, and warnings of a closed or burst run."""
+    cap = capacity([point(s, targets.statistic) for s in stats], targets)
+    verdicts = {v.concurrency: v for v in cap.levels}
+    levels = [_level_row(s, verdicts[s.concurrency], SUMMARY_LEVEL_FIELDS) for s in stats]
+    warnings = list(cap.warnings)
+    missing = sorted(set(run["levels"]) - {s.concurrency for s in stats})
+    if missing:
+        warnings.append(f"levels not measured: C={','.join(map(str, missing))}")
+    found = {
         "max_c": cap.max_c,
         "max_c_search": ({"how": search.how, "exact": search.exact,
                           "lower_bound": search.lower_bound} if search else None),
-        "chat_users": cap.chat_users, "agentic_users": cap.agentic_users, "warnings": warnings,
+        "chat_users": cap.chat_users, "agentic_users": cap.agentic_users,
     }
+    return levels, found, warnings
+
+
+def _rate_levels(
+    run: dict, stats: Sequence[LevelStats], targets: Targets
+) -> tuple[list[dict], dict, list[str]]:
+    """Per-level rows (with send lag), the sustainable rate, and warnings of a rate run."""
+    cap = rate_capacity(stats, targets)
+    verdicts = dict(cap.levels)
+    rated = [s for s in stats if s.rate is not None]
+    fields = (*RATE_LEVEL_FIELDS, *SUMMARY_LEVEL_FIELDS)
+    levels = [_level_row(s, verdicts[s.rate], fields) for s in rated]
+    warnings = list(cap.warnings)
+    planned = json.loads(run.get("config") or "{}").get("rates", [])
+    missing = sorted(set(planned) - {s.rate for s in rated})
+    if missing:
+        warnings.append(f"rates not measured: {','.join(f'{r:g}' for r in missing)} req/s")
+    found = {"max_rate": cap.max_rate, "max_c": None, "max_c_search": None,
+             "chat_users": None, "agentic_users": None, "users_note": USERS_NEED_C}
+    return levels, found, warnings
 
 
 def _calibrated(run: dict) -> bool:
@@ -106,12 +145,16 @@ def print_summary(summary: dict, console: Console) -> None:
              f"{summary['device'] or 'unlabelled device'}, engine {summary['engine'] or '-'}, "
              f"table {summary['table_placement'] or '-'}")
     table = Table(title=title, title_justify="left")
-    for name in ("C", "req", "err", "short", "TTFT mean", "p50", "p90", "p99", "TPS mean",
+    rate_run = summary["mode"] == "rate"
+    first = ("req/s", "lag p50", "lag p99") if rate_run else ("C",)
+    for name in (*first, "req", "err", "short", "TTFT mean", "p50", "p90", "p99", "TPS mean",
                  "TPS p10", "in tok", "out tok", "tok/s all", "pass"):
         table.add_column(name, justify="right")
     for lv in summary["levels"]:
+        load = ((f"{lv['rate']:g}", _fmt(lv["p50_send_lag_ms"], 2),
+                 _fmt(lv["p99_send_lag_ms"], 2)) if rate_run else (str(lv["concurrency"]),))
         table.add_row(
-            str(lv["concurrency"]), str(lv["requests"]), str(lv["errors"]),
+            *load, str(lv["requests"]), str(lv["errors"]),
             str(lv["short_outputs"]), _fmt(lv["mean_ttft_ms"]), _fmt(lv["p50_ttft_ms"]),
             _fmt(lv["p90_ttft_ms"]), _fmt(lv["p99_ttft_ms"]), _fmt(lv["mean_tps"]),
             _fmt(lv["p10_tps"]), _fmt(lv["mean_prompt_tokens"]), _fmt(lv["mean_output_tokens"]),
@@ -119,6 +162,19 @@ def print_summary(summary: dict, console: Console) -> None:
             "[green]yes[/]" if lv["passes"] else "[red]no[/]",
         )
     console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
+    t = summary["targets"]
+    if rate_run:
+        console.print(
+            f"Sustainable rate = [bold]{summary['max_rate']:g}[/] requests/s ({t['statistic']} "
+            f"TPS >= {t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors); "
+            f"{summary['users_note']}", highlight=False)
+    else:
+        _print_max_c(summary, console)
+    for warning in summary["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+def _print_max_c(summary: dict, console: Console) -> None:
     t = summary["targets"]
     console.print(
         f"Max C = [bold]{summary['max_c']}[/] ({t['statistic']} TPS >= {t['tps_min']:g} tok/s, "
@@ -130,8 +186,6 @@ def print_summary(summary: dict, console: Console) -> None:
     if summary.get("max_c_search"):
         console.print(f"Max C found by --search: {summary['max_c_search']['how']}",
                       highlight=False)
-    for warning in summary["warnings"]:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
 # -- the bundled server's table, from its /stats -----------------------------------------------

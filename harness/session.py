@@ -7,6 +7,7 @@ with its finished rounds kept; `resume` runs only the (level, round) pairs still
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -19,7 +20,13 @@ from harness import __version__, target
 from harness.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.config import ConfigError, RunConfig
 from harness.endpoint import Endpoint
-from harness.metrics import Targets, level_stats, mean_prompt_tokens, prompt_warning
+from harness.metrics import (
+    LevelStats,
+    Targets,
+    level_stats,
+    mean_prompt_tokens,
+    prompt_warning,
+)
 from harness.progress import LevelProgress
 from harness.prompts import Prompts, load
 from harness.records import RequestRecord
@@ -141,44 +148,59 @@ async def execute(
     if words is not None:
         prompts = prompts.sized(words)
     done = store.done_rounds(run_id)
-    progress.message(f"run {run_id}: {config.mode} mode, levels {list(config.levels)}, "
-                     f"{config.rounds} rounds, target {endpoint.base_url} model {config.model}")
+    progress.message(f"run {run_id}: {_describe_load(config)}, target {endpoint.base_url} "
+                     f"model {config.model}")
     sweep = Sweep(config, endpoint, run_id, prompts, clock)
     writer = BackgroundWriter(store, run_id)
     scraper = Scraper(endpoint) if config.server_metrics else None
     outcomes: list[LevelOutcome] = []
     try:
         if config.warmup and not resume:  # before the first level's scrape: left out
-            await sweep.warmup(config.warmup, min(config.warmup, config.levels[0]))
-        async def measure(c: int, todo: list[int]) -> None:
-            """One level: its rounds, the server's counters around it, stored."""
+            first = config.levels[0] if config.levels else 1
+            await sweep.warmup(config.warmup, min(config.warmup, first))
+
+        async def level(c: int, rate: float | None, total: int,
+                        run: Callable[[], Awaitable[LevelOutcome]]) -> None:
+            """One level: its requests, the server's counters around it, stored."""
             before = await target.fetch_stats(endpoint)
             for note in await scraper.start() if scraper else []:
                 progress.message(note)
-            progress.start_level(c, c * len(todo))
-            outcome = await sweep.run_level(c, todo, writer.submit, progress.advance)
+            progress.start_level(c, total)
+            outcome = await run()
             rows, notes = await scraper.stop() if scraper else ([], [])
             await asyncio.to_thread(writer.drain)
-            stats = level_stats(c, outcome.records, config.output_tokens)
+            stats = level_stats(c, outcome.records, config.output_tokens, rate)
             progress.end_level(stats)
             for note in notes:
                 progress.message(note)
             if prompts.calibrated and (warning := prompt_warning(stats, config.input_tokens)):
                 progress.message(f"warning: {warning}")
+            if rate is not None:
+                progress.message(_describe_lag(stats))
             after = await target.fetch_stats(endpoint)
             if before is not None or after is not None:
-                store.write_server_stats(run_id, c, before, after)
+                store.write_server_stats(run_id, c, before, after, rate)
             if rows:
-                store.write_server_metrics(run_id, c, rows)
+                store.write_server_metrics(run_id, c, rows, rate)
             # what the prompts sent so far measured, right even if the run is killed next
             store.update_run(run_id,
                              measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
             outcomes.append(outcome)
 
+        async def measure(c: int, todo: list[int]) -> None:
+            await level(c, None, c * len(todo),
+                        lambda: sweep.run_level(c, todo, writer.submit, progress.advance))
+
         for c in config.levels:
             todo = [r for r in range(config.rounds) if (c, r) not in done]
             if todo:
                 await measure(c, todo)
+        done_rates = store.done_rates(run_id)
+        for rate in config.rates:
+            if rate not in done_rates:
+                await level(0, rate, len(sweep.schedule(rate)),
+                            functools.partial(sweep.run_rate, rate, writer.submit,
+                                              progress.advance))
         if config.search:
             how = await _search(config, store, run_id, targets or Targets(), done, measure)
             progress.message(how)
@@ -215,6 +237,23 @@ async def _search(config: RunConfig, store: Store, run_id: str, targets: Targets
             return f"Max C {plan.max_c}{'+' if plan.lower_bound else ''}: {plan.how}"
         store.add_probe(run_id, plan.next_probe)
         await measure(plan.next_probe, list(range(config.rounds)))
+
+
+def _describe_load(config: RunConfig) -> str:
+    """The load points of a run, for its first progress line."""
+    if config.mode == "rate":
+        rates = ", ".join(f"{r:g}" for r in config.rates)
+        return (f"rate mode, {config.arrival} arrivals at {rates} requests/s, "
+                f"{config.duration_s:g} s each")
+    return f"{config.mode} mode, levels {list(config.levels)}, {config.rounds} rounds"
+
+
+def _describe_lag(stats: LevelStats) -> str:
+    """A rate level's send lag: whether the schedule, and so the rate, was kept."""
+    p50, p99 = stats.p50_send_lag_ms, stats.p99_send_lag_ms
+    line = (f"R={stats.rate:g} req/s: send lag p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+            if p50 is not None and p99 is not None else f"R={stats.rate:g} req/s: nothing sent")
+    return f"{line}; warning: {stats.lag_warning}" if stats.lag_warning else line
 
 
 def _close_quietly(writer: BackgroundWriter) -> None:

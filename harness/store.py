@@ -64,14 +64,17 @@ CREATE TABLE IF NOT EXISTS requests (
     error_kind VARCHAR,
     error_message VARCHAR,
     http_status INTEGER,
-    retried VARCHAR  -- error kind of a first try that was silently re-sent, else NULL
+    retried VARCHAR,  -- error kind of a first try that was silently re-sent, else NULL
+    rate DOUBLE,  -- mode rate: the level's requests/s (concurrency 0); NULL in other modes
+    scheduled_at TIMESTAMP  -- mode rate: when the open-loop schedule said to send
 );
 CREATE TABLE IF NOT EXISTS server_stats (
     run_id VARCHAR,
     concurrency INTEGER,
     before VARCHAR,
     after VARCHAR,
-    recorded_at TIMESTAMP
+    recorded_at TIMESTAMP,
+    rate DOUBLE
 );
 -- a target's Prometheus /metrics over each level (harness.server_metrics): counters "delta";
 -- gauges "mean", "max"; histograms "p50", "p90", "p99", "count", "mean" (seconds as exposed)
@@ -82,7 +85,8 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     labels VARCHAR,  -- JSON object
     kind VARCHAR,
     stat VARCHAR,
-    value DOUBLE
+    value DOUBLE,
+    rate DOUBLE
 );
 -- levels that `run --search` added after the sweep, in the order they were probed
 CREATE TABLE IF NOT EXISTS probes (
@@ -90,6 +94,7 @@ CREATE TABLE IF NOT EXISTS probes (
     concurrency INTEGER,
     ordinal INTEGER
 );
+-- a level is (concurrency, rate): rate levels have concurrency 0, the others rate NULL
 CREATE OR REPLACE VIEW levels AS
 WITH q AS (
     SELECT r.*,
@@ -101,6 +106,7 @@ WITH q AS (
 SELECT
     q.run_id,
     q.concurrency,
+    q.rate,
     count(*) AS requests,
     count(*) FILTER (WHERE NOT q.ok) AS errors,
     count(*) FILTER (WHERE q.ok AND q.output_tokens < runs.output_tokens) AS short_outputs,
@@ -118,26 +124,36 @@ SELECT
          THEN sum(q.output_tokens) FILTER (WHERE q.ok)
               / (epoch_us(max(q.ended_at)) - epoch_us(min(q.sent_at))) * 1e6 END
         AS throughput_tps,
-    max(p.ordinal) IS NOT NULL AS probe
+    max(p.ordinal) IS NOT NULL AS probe,
+    quantile_cont(epoch_us(q.sent_at) - epoch_us(q.scheduled_at), 0.5) / 1000.0
+        AS p50_send_lag_ms,
+    quantile_cont(epoch_us(q.sent_at) - epoch_us(q.scheduled_at), 0.99) / 1000.0
+        AS p99_send_lag_ms
 FROM q JOIN runs USING (run_id)
-LEFT JOIN probes p ON p.run_id = q.run_id AND p.concurrency = q.concurrency
-GROUP BY q.run_id, q.concurrency;
+LEFT JOIN probes p ON p.run_id = q.run_id AND p.concurrency = q.concurrency AND q.rate IS NULL
+GROUP BY q.run_id, q.concurrency, q.rate;
 """
 
 _REQUEST_COLUMNS = (
     "run_id, concurrency, round, worker, request_id, sent_at, ttft_ms, latency_ms, "
     "output_tokens, output_tokens_estimated, input_tokens, chunks, max_gap_ms, finish_reason, "
-    "ok, error_kind, error_message, http_status, retried"
+    "ok, error_kind, error_message, http_status, retried, rate, scheduled_at"
 )
 
 # Databases written by older versions: brought up to the schema above when first opened.
 # _CURRENT: (table, column, type) that only today's schema has.
 _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried", "VARCHAR"),
             ("levels", "mean_prompt_tokens", "DOUBLE"), ("server_metrics", "value", "DOUBLE"),
-            ("levels", "probe", "BOOLEAN")}
+            ("levels", "probe", "BOOLEAN"), ("requests", "rate", "DOUBLE"),
+            ("requests", "scheduled_at", "TIMESTAMP"), ("server_stats", "rate", "DOUBLE"),
+            ("server_metrics", "rate", "DOUBLE"), ("levels", "rate", "DOUBLE")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS rate DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS scheduled_at TIMESTAMP;
+ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS rate DOUBLE;
+ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS rate DOUBLE;
 """
 
 
@@ -152,6 +168,13 @@ def _outdated(con: duckdb.DuckDBPyConnection) -> bool:
         "WHERE database_name = current_database()"
     ).fetchall())
     return any(t == "runs" for t, _, _ in have) and not have >= _CURRENT
+
+
+def _server_stats_row(row: dict) -> dict:
+    """/stats before and after one level, parsed; `rate` only on a rate level's row."""
+    rate = row.pop("rate")
+    parsed = {**row, "before": json.loads(row["before"]), "after": json.loads(row["after"])}
+    return parsed if rate is None else {**parsed, "rate": rate}
 
 
 def _utc(ts: float) -> datetime:
@@ -254,7 +277,7 @@ class Store:
             (run_id, r.concurrency, r.round, r.worker, r.request_id, _utc(r.sent_at), r.ttft_ms,
              r.latency_ms, r.output_tokens, r.output_tokens_estimated, r.input_tokens, r.chunks,
              r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status,
-             r.retried)
+             r.retried, r.rate, None if r.scheduled_at is None else _utc(r.scheduled_at))
             for r in records
         ]
         if not rows:
@@ -266,26 +289,32 @@ class Store:
             con.execute("COMMIT")
 
     def write_server_stats(
-        self, run_id: str, concurrency: int, before: dict | None, after: dict | None
+        self, run_id: str, concurrency: int, before: dict | None, after: dict | None,
+        rate: float | None = None,
     ) -> None:
         with self._connect() as con:
             con.execute(
-                "INSERT INTO server_stats VALUES (?, ?, ?, ?, ?)",
-                [run_id, concurrency, json.dumps(before), json.dumps(after), _utc(time.time())],
+                "INSERT INTO server_stats (run_id, concurrency, before, after, recorded_at, rate)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [run_id, concurrency, json.dumps(before), json.dumps(after), _utc(time.time()),
+                 rate],
             )
 
     def write_server_metrics(
-        self, run_id: str, concurrency: int, rows: Sequence[tuple[str, str, str, str, float]]
+        self, run_id: str, concurrency: int, rows: Sequence[tuple[str, str, str, str, float]],
+        rate: float | None = None,
     ) -> None:
         """A level's rows (name, labels, kind, stat, value), replacing any an earlier try of
         the level stored (a resumed level is measured again)."""
         with self._connect() as con:
             con.execute("BEGIN")
-            con.execute("DELETE FROM server_metrics WHERE run_id = ? AND concurrency = ?",
-                        [run_id, concurrency])
+            con.execute("DELETE FROM server_metrics WHERE run_id = ? AND concurrency = ? "
+                        "AND rate IS NOT DISTINCT FROM ?", [run_id, concurrency, rate])
             if rows:
-                con.executemany("INSERT INTO server_metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                [(run_id, concurrency, *row) for row in rows])
+                con.executemany(
+                    "INSERT INTO server_metrics (run_id, concurrency, name, labels, kind, stat, "
+                    "value, rate) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(run_id, concurrency, *row, rate) for row in rows])
             con.execute("COMMIT")
 
     # -- reads -------------------------------------------------------------------------------
@@ -315,8 +344,9 @@ class Store:
 
     def requests(self, run_id: str) -> list[RequestRecord]:
         rows = self._query(
-            f"SELECT {_REQUEST_COLUMNS}, epoch_us(sent_at) AS sent_us FROM requests "
-            "WHERE run_id = ? ORDER BY concurrency, round, worker",
+            f"SELECT {_REQUEST_COLUMNS}, epoch_us(sent_at) AS sent_us, "
+            "epoch_us(scheduled_at) AS scheduled_us FROM requests "
+            "WHERE run_id = ? ORDER BY concurrency, rate, round, worker",
             [run_id],
         )
         records = []
@@ -324,31 +354,38 @@ class Store:
             row.pop("run_id")
             row.pop("ok")
             row["sent_at"] = row.pop("sent_us") / 1e6
+            scheduled = row.pop("scheduled_us")
+            row["scheduled_at"] = None if scheduled is None else scheduled / 1e6
             records.append(RequestRecord(**row))
         return records
 
     def done_rounds(self, run_id: str) -> set[tuple[int, int]]:
         """(concurrency, round) pairs already stored: a resume runs only the others."""
         rows = self._query(
-            "SELECT DISTINCT concurrency, round FROM requests WHERE run_id = ?", [run_id]
+            "SELECT DISTINCT concurrency, round FROM requests WHERE run_id = ? AND rate IS NULL",
+            [run_id],
         )
         return {(r["concurrency"], r["round"]) for r in rows}
 
+    def done_rates(self, run_id: str) -> set[float]:
+        """Rate levels already stored (each is written whole): a resume runs the others."""
+        rows = self._query(
+            "SELECT DISTINCT rate FROM requests WHERE run_id = ? AND rate IS NOT NULL", [run_id]
+        )
+        return {r["rate"] for r in rows}
+
     def levels(self, run_id: str) -> list[dict]:
         return self._query(
-            "SELECT * FROM levels WHERE run_id = ? ORDER BY concurrency", [run_id]
+            "SELECT * FROM levels WHERE run_id = ? ORDER BY concurrency, rate", [run_id]
         )
 
     def server_stats(self, run_id: str) -> list[dict]:
         rows = self._query(
-            "SELECT concurrency, before, after FROM server_stats WHERE run_id = ? "
-            "ORDER BY concurrency, recorded_at",
+            "SELECT concurrency, rate, before, after FROM server_stats WHERE run_id = ? "
+            "ORDER BY concurrency, rate, recorded_at",
             [run_id],
         )
-        return [
-            {**r, "before": json.loads(r["before"]), "after": json.loads(r["after"])}
-            for r in rows
-        ]
+        return [_server_stats_row(r) for r in rows]
 
     def add_probe(self, run_id: str, concurrency: int) -> None:
         """Record a level the Max C search adds (before it runs, so a resume finds it)."""
@@ -367,8 +404,8 @@ class Store:
     def server_metrics(self, run_id: str) -> list[dict]:
         """The target's own /metrics, per level: one row per (name, labels, stat)."""
         return self._query(
-            "SELECT concurrency, name, labels, kind, stat, value FROM server_metrics "
-            "WHERE run_id = ? ORDER BY concurrency, name, labels, stat", [run_id])
+            "SELECT concurrency, rate, name, labels, kind, stat, value FROM server_metrics "
+            "WHERE run_id = ? ORDER BY concurrency, rate, name, labels, stat", [run_id])
 
     # -- export ------------------------------------------------------------------------------
 
@@ -392,10 +429,11 @@ class Store:
                 "SELECT l.run_id AS run, runs.device, runs.engine, runs.model, "
                 "runs.table_placement, runs.label, l.* EXCLUDE (run_id) "
                 f"FROM levels l JOIN runs USING (run_id) {where.replace('run_id', 'l.run_id')} "
-                "ORDER BY run, concurrency"
+                "ORDER BY run, concurrency, rate"
             ),
             "requests": (
-                f"SELECT * FROM requests {where} ORDER BY run_id, concurrency, round, worker"
+                f"SELECT * FROM requests {where} "
+                "ORDER BY run_id, concurrency, rate, round, worker"
             ),
         }
         written = []

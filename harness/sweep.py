@@ -1,8 +1,11 @@
-"""One concurrency level at a time: closed-loop workers or synchronized bursts (DESIGN.md).
+"""One level at a time: closed-loop workers, synchronized bursts or an open-loop rate (DESIGN.md).
 
 `closed`: C workers, each sends its rounds back to back; round r is the r-th request of every
 worker. `burst`: C requests start together, all finish, then the next round. A round is handed
 to `commit` as soon as its C records exist, so a killed process loses at most that round.
+`rate`: requests go out at the offsets of `harness.arrivals.schedule`, never waiting for
+earlier ones; the level (concurrency 0, round 0, worker = request index) is committed whole
+once its last request ends, so a resume runs a rate level again or not at all.
 
 Every request has an ordinal, distinct within the run and the same on resume, from which the
 prompt source builds a distinct prompt: the sweep's requests 0.., then warmup; calibration
@@ -12,10 +15,13 @@ prompts take negative ones (`calibration_ordinal`).
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness.arrivals import schedule
 from harness.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.config import RunConfig
 from harness.endpoint import Endpoint
@@ -34,6 +40,7 @@ class LevelOutcome:
     concurrency: int
     records: list[RequestRecord]
     cpu_s: float
+    rate: float | None = None
 
     @property
     def chunks(self) -> int:
@@ -48,6 +55,12 @@ def calibration_ordinal(sample: int) -> int:
 def calibration_key(run_id: str, probe: int, sample: int) -> str:
     """Same shape as a sweep's keys, so a prompt that carries its key measures alike."""
     return f"{run_id}-c0-r{probe}-w{sample}"
+
+
+def _report(on_record: OnRecord, task: asyncio.Task[RequestRecord]) -> None:
+    """Progress as each open-loop request ends; a cancelled one (Ctrl-C) reports nothing."""
+    if not task.cancelled() and task.exception() is None:
+        on_record(task.result())
 
 
 class Sweep:
@@ -70,6 +83,10 @@ class Sweep:
         for c in config.levels:
             self._first_ordinal[c] = total
             total += c * config.rounds
+        self._rate_first: dict[float, int] = {}
+        for rate in config.rates:
+            self._rate_first[rate] = total
+            total += len(self.schedule(rate))
         self._warmup_ordinal = total
         self._extra_base = total + config.warmup  # levels the Max C search adds start here
 
@@ -81,6 +98,11 @@ class Sweep:
                        cfg.output_tokens, cfg.temperature)
         record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0)
         return build_request(self.endpoint, body, request_id), record
+
+    def schedule(self, rate: float) -> list[float]:
+        """A rate level's send offsets (seconds from its start): the same on every resume."""
+        cfg = self.config
+        return schedule(rate, cfg.duration_s, cfg.arrival, cfg.seed)
 
     def ordinal(self, c: int, rnd: int, worker: int) -> int:
         """A measured request's ordinal: 0, 1, ... over levels, rounds and workers. A level
@@ -104,6 +126,34 @@ class Sweep:
         request, record = self._request(c, rnd, worker, ordinal, tag)
         return await stream_completion(self.pool, request, record, self.clock,
                                        self.config.request_timeout_s, self.config.stall_timeout_s)
+
+    def _rate_request(self, rate: float, k: int) -> tuple[bytes, RequestRecord]:
+        request, record = self._request(0, 0, k, self._rate_first[rate] + k, f"-q{rate:g}")
+        record.rate = rate
+        return request, record
+
+    async def run_rate(self, rate: float, commit: Commit, on_record: OnRecord) -> LevelOutcome:
+        """Open loop: each request is sent at its offset whether or not earlier ones ended;
+        requests that fall behind go out at once (their lag shows it)."""
+        offsets = self.schedule(rate)
+        prepared = [self._rate_request(rate, k) for k in range(len(offsets))]  # off the clock
+        await self.pool.warm(min(len(offsets), math.ceil(rate)))  # ~1 s of requests in flight
+        cpu0 = time.process_time()
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        start_ns = time.perf_counter_ns()
+        for offset, (request, record) in zip(offsets, prepared, strict=True):
+            # a loop until due: the event loop's timers may fire up to 1 ms early
+            while (delay := offset - (time.perf_counter_ns() - start_ns) / 1e9) > 0:
+                await asyncio.sleep(delay)
+            record.scheduled_at = self.clock.wall(start_ns + round(offset * 1e9))
+            task = asyncio.create_task(stream_completion(
+                self.pool, request, record, self.clock, self.config.request_timeout_s,
+                self.config.stall_timeout_s))
+            task.add_done_callback(functools.partial(_report, on_record))
+            tasks.append(task)
+        records = list(await asyncio.gather(*tasks))
+        commit(records)
+        return LevelOutcome(0, records, time.process_time() - cpu0, rate)
 
     async def warmup(self, count: int, concurrency: int) -> list[RequestRecord]:
         """Requests that are sent but never stored (compile caches, first-touch pages)."""

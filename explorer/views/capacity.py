@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from explorer import data, ui
+from explorer import data, tables, ui
 from harness.metrics import STATISTICS, Targets
 
 st.title("Capacity")
@@ -32,5 +32,6 @@ else:
     table["published_max_c"] = [pub["published_max_c"].get(r) if r in pub.index else None
                                 for r in table["run_id"]]
     st.metric("best Max C", int(table["max_c"].max()))
-    st.dataframe(table, hide_index=True, width="stretch")
+    tables.show(table, ("run_id", "source", "verdict", "passing", "published_max_c", "warnings"),
+                pinned=tables.RUN_PINNED)
     ui.download("Capacity CSV", lambda: table, "capacity.csv", len(table), "capacity_csv")

@@ -3,7 +3,7 @@ metric (from /metrics) of every run that recorded it."""
 
 import streamlit as st
 
-from explorer import charts, data, ui
+from explorer import charts, data, tables, ui
 from harness.metrics import capacity
 
 st.title("Compare")
@@ -34,9 +34,9 @@ else:
         fig, diff = charts.percent_difference(levels, selected[0], labels)
         st.subheader(f"Difference against {labels[selected[0]]}")
         st.plotly_chart(fig, width="stretch")
-        st.dataframe(diff, hide_index=True, width="stretch")
+        tables.show(diff, ("run_id", "concurrency", "tps_diff_pct", "ttft_diff_pct"))
         st.subheader("Capacity")
-        st.dataframe(caps, hide_index=True, width="stretch")
+        tables.show(caps, ("run_id", "verdict", "passing", "warnings"), pinned=tables.RUN_PINNED)
         ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
                     "compare_levels")
         st.subheader("Server metrics")

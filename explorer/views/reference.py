@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from explorer import charts, data, ui
+from explorer import charts, data, tables, ui
 from harness.metrics import capacity
 
 st.title("Published reference")
@@ -12,7 +12,10 @@ runs, levels = ui.published()
 targets = ui.targets()
 derived = data.capacity_table(levels, targets)
 table = runs.merge(derived, on="run_id", how="left")
-st.dataframe(table, hide_index=True, width="stretch")
+tables.show(table, ("run_id", "verdict", "published_max_c", "published_chat_users",
+                    "published_agentic_users", "model", "device", "nodes", "engine", "tp",
+                    "speculative", "table_placement", "passing", "warnings"),
+            pinned=tables.RUN_PINNED)
 labels = {r: f"published · {r}" for r in runs["run_id"]}
 passing = set()
 for run_id, pts in data.points(levels, "mean").items():

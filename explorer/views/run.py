@@ -1,10 +1,10 @@
-"""One run: TTFT and TPS against C with the targets, per-level table, distributions,
-first round against the rest, the server's Engram counters with the step-time breakdown, and
-the server's own metrics (/metrics) beside the client's TTFT."""
+"""One run: its verdict line, TTFT and TPS against C with the targets, the per-level table,
+distributions, first round against the rest, the server's Engram counters with the step-time
+breakdown, and the server's own metrics (/metrics) beside the client's TTFT."""
 
 import streamlit as st
 
-from explorer import charts, data, ui
+from explorer import charts, data, tables, ui
 from harness.metrics import capacity
 
 # counters_frame column: (readable name, number format; None for text)
@@ -37,6 +37,9 @@ COUNTERS = {
 CLIENT_TTFT = {"concurrency": ("C", "%d"), "mean_ttft_ms": ("client TTFT mean (ms)", "%.1f"),
                "p50_ttft_ms": ("client TTFT p50 (ms)", "%.1f")}
 
+# request_distribution metric: its name on the page
+DISTRIBUTIONS = {"ttft_ms": "TTFT (ms)", "tps": "TPS per request (tok/s)"}
+
 st.title("Run")
 labels = ui.run_labels()
 if not labels:
@@ -51,6 +54,7 @@ else:
         points = data.points(levels, targets.statistic).get(run_id, [])
         cap = capacity(points, targets)
         passing = {(run_id, v.concurrency) for v in cap.levels if v.passes}
+        st.subheader(data.verdict(cap, data.probe_levels(levels).get(run_id, set())))
         cols = st.columns(4)
         cols[0].metric("Max C", cap.max_c)
         cols[1].metric("chat users", cap.chat_users)
@@ -70,21 +74,20 @@ else:
         table["passes"] = [verdicts[int(c)].passes for c in table["concurrency"]]
         table["fails_because"] = [verdicts[int(c)].reason for c in table["concurrency"]]
         st.subheader("Per level")
-        st.dataframe(table, hide_index=True, width="stretch")
+        tables.show(table, tables.LEVEL_COLUMNS, pinned=("concurrency",))
         ui.download("Levels CSV", lambda: table, f"{run_id}_levels.csv", len(table), "run_levels")
         if run_id in set(ui.published()[0]["run_id"]):
             st.info("A published run: only its per-level means are known.")
         else:
             path, _ = ui.database()
             st.subheader("Per-request distribution")
-            metric = st.radio("metric", ["ttft_ms", "tps"], horizontal=True, key="run_dist")
+            metric = st.radio("metric", list(DISTRIBUTIONS), horizontal=True, key="run_dist",
+                              format_func=DISTRIBUTIONS.get)
             dist = data.request_distribution(path, run_id, metric)
-            st.plotly_chart(charts.distribution(
-                dist, "TTFT (ms)" if metric == "ttft_ms" else "TPS per request"),
-                width="stretch")
+            st.plotly_chart(charts.distribution(dist, DISTRIBUTIONS[metric]), width="stretch")
             st.subheader("First round against the rest")
             st.plotly_chart(charts.first_vs_rest(data.first_round_vs_rest(path, run_id),
-                                                 "mean_tps", "mean TPS per request"),
+                                                 "mean_tps", "mean TPS per request (tok/s)"),
                             width="stretch")
             stats = data.server_stats(path, run_id)
             counters = data.counters_frame(stats)

@@ -1,8 +1,12 @@
-"""Every measured run with its C=1 figures, Max C and users; filters; CSV."""
+"""Every measured run: Max C, users and the verdict first, then what ran and its C=1
+figures; filters; CSV."""
 
 import streamlit as st
 
-from explorer import data, ui
+from explorer import data, tables, ui
+
+RUN_COLUMNS = ("run_id", "verdict", "device", "engine", "model", "table_placement", "label",
+               "status", "started_at", "tps_c1", "ttft_c1_ms")
 
 st.title("Runs")
 if not ui.empty_state():
@@ -29,10 +33,7 @@ if not ui.empty_state():
     st.metric("runs shown", len(table))
     st.caption(f"Max C and users at TPS >= {targets.tps_min:g}, TTFT <= "
                f"{targets.ttft_max_ms:g} ms ({targets.statistic}); change them on Capacity.")
-    columns = [c for c in ("run_id", "started_at", "device", "engine", "model",
-                           "table_placement", "label", "status", "tps_c1", "ttft_c1_ms",
-                           "max_c", "chat_users", "agentic_users") if c in table]
-    st.dataframe(table[columns], hide_index=True, width="stretch")
+    tables.show(table, RUN_COLUMNS, pinned=tables.RUN_PINNED)
     path, _ = ui.database()
     ui.download("Levels CSV", lambda: levels.drop(columns=["source"], errors="ignore"),
                 "levels.csv", len(levels), "runs_levels")

@@ -2,7 +2,8 @@
 
 Two runs on the same device, table in memory vs on NVMe; levels 1, 2, 4, 8 with 10 rounds.
 Per-request TTFT and TPS follow fixed per-level means with a seeded spread, so the capacity
-figures are known: run `mem` passes C=1,2,4 (Max C 4), run `nvme` passes C=1,2 (Max C 2).
+figures are known: run `mem` passes C=1,2,4 (Max C 4, a lower bound: 5-7 untested), run `nvme`
+passes C=1,2 and `run --search` probed C=3, which fails (Max C 2, exact).
 Server counters per level: run `nvme` has the bundled server's current /stats keys (what each
 level adds is `nvme_growth`, the gauges after it `nvme_gauges`); run `mem` has the older keys.
 Server metrics (/metrics) per level: run `mem` has `server_metric_rows`, in vLLM's names plus
@@ -24,8 +25,9 @@ LEVELS = (1, 2, 4, 8)
 # (mean TTFT ms, mean TPS) per level
 PROFILES = {
     "mem": {1: (210, 36.0), 2: (300, 29.0), 4: (450, 22.0), 8: (800, 14.0)},
-    "nvme": {1: (230, 33.0), 2: (330, 24.0), 4: (520, 18.5), 8: (900, 12.0)},
+    "nvme": {1: (230, 33.0), 2: (330, 24.0), 3: (420, 19.0), 4: (520, 18.5), 8: (900, 12.0)},
 }
+PROBES = {"mem": (), "nvme": (3,)}  # levels the Max C search added after the sweep
 
 
 # Table pages each nvme level read from disk (of 16 requested per token)
@@ -124,11 +126,11 @@ def server_metric_rows(c: int) -> list[MetricRow]:
     ]
 
 
-def records(kind: str, rounds: int = 10, seed: int = 1) -> list[RequestRecord]:
+def records(kind: str, rounds: int = 10, seed: int = 1, levels: tuple[int, ...] = LEVELS,
+            start: float = T0) -> list[RequestRecord]:
     rng = random.Random(f"{kind}-{seed}")
     out = []
-    start = T0
-    for c in LEVELS:
+    for c in levels:
         ttft_mean, tps_mean = PROFILES[kind][c]
         for rnd in range(rounds):
             for w in range(c):
@@ -160,6 +162,9 @@ def build(path: Path) -> dict[str, str]:
             "label": f"fixture {kind}", "config": json.dumps({"prompt_words": 118}),
         })
         store.write_requests(run_id, records(kind))
+        for c in PROBES[kind]:  # as `run --search` does: the probe is recorded before it runs
+            store.add_probe(run_id, c)
+            store.write_requests(run_id, records(kind, seed=2, levels=(c,), start=T0 + 1000))
         if kind == "nvme":
             write_nvme_stats(store, run_id)
         else:

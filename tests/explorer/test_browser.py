@@ -1,5 +1,6 @@
 """The real app in headless Chromium (Debian's, installed by .ci/run): the Run page shows
-Max C of the fixture run; a screenshot is saved under the test's tmp dir."""
+Max C of the fixture run, every page renders at a wide and a narrow window with Max C in view;
+screenshots are saved under each test's tmp dir, to be looked at."""
 
 import os
 import subprocess
@@ -93,3 +94,60 @@ def test_run_page_shows_server_and_client_ttft_in_chromium(served_app, tmp_path)
         browser.close()
     assert shot.stat().st_size > 10_000
     assert charts >= 1
+
+
+# url path: (heading, tables, charts) the page shows on the fixture database
+PAGES = {"": ("Runs", 1, 0), "run": ("Run", 2, 5), "compare": ("Compare", 2, 4),
+         "capacity": ("Capacity", 1, 0), "sizing": ("Sizing", 0, 1),
+         "reference": ("Published reference", 1, 2)}
+RUNS_TABLE = {"": 0, "compare": 1, "capacity": 0, "reference": 0}  # which table lists runs
+RUNS_FIRST = ["Max C", "chat users", "agentic users", "run"]
+
+
+def headers(table) -> list[str]:
+    """The column headers the grid shows (its accessible table holds only those in view)."""
+    return table.locator("th").all_text_contents()
+
+
+@pytest.mark.parametrize("width", [1400, 900])
+def test_every_page_reads_at_a_glance_in_chromium(served_app, tmp_path, width):
+    """Every page at a wide and a narrow window: it renders without an error, its tables carry
+    human headers, and every runs table starts with Max C and the users, in view. A screenshot
+    of each whole page is saved as <page>_<width>.png under the test's tmp dir."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does)")
+        pytest.skip("Debian's chromium is not installed here")
+    from playwright.sync_api import sync_playwright
+
+    seen = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=["--no-sandbox", "--disable-gpu",
+                                           "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": width, "height": 1000})
+        for path, (heading, n_tables, n_charts) in PAGES.items():
+            page.set_viewport_size({"width": width, "height": 1000})
+            page.goto(f"{served_app}/{path}", wait_until="domcontentloaded")
+            page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=60_000)
+            tables = page.locator('[data-testid="stDataFrame"]')
+            for locator, n in ((tables, n_tables), (page.locator(".js-plotly-plot"), n_charts)):
+                if n:
+                    locator.nth(n - 1).wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)  # the grids and charts paint
+            seen[path] = ([headers(tables.nth(i)) for i in range(tables.count())],
+                          page.locator('[data-testid="stException"]').count())
+            height = page.evaluate(
+                "document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+            page.set_viewport_size({"width": width, "height": min(height, 8000)})
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(tmp_path / f"{path or 'runs'}_{width}.png"))
+        browser.close()
+    for path, (tables, errors) in seen.items():
+        assert errors == 0, path
+        assert len(tables) == PAGES[path][1], path
+        assert all(h and "_" not in h for table in tables for h in table), (path, tables)
+        if path in RUNS_TABLE:
+            assert tables[RUNS_TABLE[path]][:4] == RUNS_FIRST, (path, tables)
+    assert seen["run"][0][0][:3] == ["C", "passes", "probe"]
+    assert all((tmp_path / f"{p or 'runs'}_{width}.png").stat().st_size > 10_000 for p in PAGES)

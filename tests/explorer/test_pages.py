@@ -1,11 +1,12 @@
 """Every page under AppTest, on an empty database and on the deterministic fixture."""
 
+import json
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import data
+from explorer import data, tables
 from harness.metrics import Targets
 from harness.store import Store
 from tests.explorer import fixtures
@@ -39,6 +40,31 @@ def downloads(at: AppTest) -> list[str]:
     return [b.label for b in at.download_button]
 
 
+def config(table) -> dict[str, dict]:
+    """A shown table's column configuration as the browser gets it, by visible header."""
+    return {k: v for k, v in json.loads(table.proto.columns).items() if k != "_index"}
+
+
+RAW_NAMES = {raw for raw, column in tables.COLUMNS.items() if column.label != raw}
+
+
+def assert_human(table) -> None:
+    """No field name (`mean_ttft_ms`, `tps_c1`) as a visible header."""
+    headers = set(table.value.columns)
+    assert not RAW_NAMES & headers and not any("_" in h for h in headers), headers
+RUNS_FIRST = ["Max C", "chat users", "agentic users", "run"]
+
+
+def assert_runs_table(table) -> None:
+    """Max C and the users lead, pinned, then the run; human names only, counts as integers."""
+    shown = config(table)
+    assert list(table.value.columns[:4]) == RUNS_FIRST
+    assert [shown[c]["pinned"] for c in table.value.columns] == [True] * 3 + [False] * (
+        len(table.value.columns) - 3)
+    assert_human(table)
+    assert shown["Max C"]["type_config"]["format"] == "%d"
+
+
 PAGES = ["views/runs.py", "views/run.py", "views/compare.py", "views/capacity.py",
          "views/sizing.py", "views/reference.py"]
 
@@ -50,13 +76,22 @@ def test_every_page_works_on_an_empty_or_missing_database(monkeypatch, tmp_path,
         assert "make bench" in at.info[0].value
 
 
-def test_runs_page_lists_runs_with_max_c(monkeypatch, fixture_db):
+def test_runs_page_lists_runs_with_max_c_first_and_a_verdict(monkeypatch, fixture_db):
     at = app(monkeypatch, fixture_db)
     assert metrics(at)["runs shown"] == "2"
-    frame = at.dataframe[0].value.set_index("run_id")
-    assert frame.loc["fixture-mem", "max_c"] == 4 and frame.loc["fixture-nvme", "max_c"] == 2
-    assert frame.loc["fixture-mem", "chat_users"] == 16
-    assert downloads(at) == ["Levels CSV (8 rows)", "Requests CSV (300 rows)"]
+    assert_runs_table(at.dataframe[0])
+    frame = at.dataframe[0].value.set_index("run")
+    assert frame.loc["fixture-mem", "Max C"] == 4 and frame.loc["fixture-nvme", "Max C"] == 2
+    assert frame.loc["fixture-mem", "chat users"] == 16
+    assert frame.loc["fixture-nvme", "verdict"] == (
+        "Max C 2 (exact, found by --search): 8 chat / 3 agentic users")
+    assert frame.loc["fixture-mem", "verdict"] == (
+        "Max C 4 (lower bound: C=5-7 not tested): 16 chat / 6 agentic users")
+    assert frame.loc["fixture-mem", "TPS at C=1 (tok/s)"] == pytest.approx(36, abs=1)
+    shown = config(at.dataframe[0])
+    assert shown["TTFT at C=1 (ms)"]["type_config"]["format"] == "%.1f"
+    assert shown["started (UTC)"]["type_config"]["type"] == "datetime"
+    assert downloads(at) == ["Levels CSV (9 rows)", "Requests CSV (330 rows)"]
     at.multiselect(key="runs_engine").set_value(["engram-bench"]).run()
     assert metrics(at)["runs shown"] == "2"
 
@@ -66,10 +101,13 @@ def test_run_page_shows_capacity_levels_and_counters(monkeypatch, fixture_db):
     at.selectbox(key="run_id").set_value("fixture-nvme").run()
     shown = metrics(at)
     assert (shown["Max C"], shown["chat users"], shown["agentic users"], shown["levels"]) == (
-        "2", "8", "3", "4")
+        "2", "8", "3", "5")
+    assert at.subheader[0].value == "Max C 2 (exact, found by --search): 8 chat / 3 agentic users"
     per_level = at.dataframe[0].value
-    assert list(per_level["concurrency"]) == [1, 2, 4, 8]
-    assert list(per_level["passes"]) == [True, True, False, False]
+    assert list(per_level["C"]) == [1, 2, 3, 4, 8]
+    assert list(per_level["passes"]) == [True, True, False, False, False]
+    assert list(per_level["probe"]) == [False, False, True, False, False]
+    assert per_level["fails because"][2] == "TPS 19.1 < 20"
     counters = at.dataframe[1].value.set_index("C")
     assert list(counters["requested B/token"]) == [2560.0] * 4
     assert counters.loc[1, "disk B/token"] == 4096 * fixtures.MISSED_PAGES[1] / 1000
@@ -77,9 +115,30 @@ def test_run_page_shows_capacity_levels_and_counters(monkeypatch, fixture_db):
     assert counters["disk read IOPS"].isna().tolist() == [False, False, False, True]
     assert {"resident / budget", "major faults/token", "Engram stall (of step time)",
             "mean read queue depth", "gather CPU ms/token"} <= set(counters.columns)
-    assert "Levels CSV (4 rows)" in downloads(at) and "Requests CSV (150 rows)" in downloads(at)
+    assert "Levels CSV (5 rows)" in downloads(at) and "Requests CSV (180 rows)" in downloads(at)
     charts = at.get("plotly_chart")  # TTFT, TPS, distribution, first round, step time
     assert len(charts) == 5 and '"barmode":"relative"' in charts[4].proto.spec
+    for chart in charts[:2]:  # the probe C=3 (failing) is a hollow diamond, with a legend key
+        traces = json.loads(chart.proto.spec)["data"]
+        assert traces[0]["marker"]["symbol"] == ["circle", "circle", "diamond-open",
+                                                 "circle-open", "circle-open"]
+        assert traces[-1]["name"] == "probe level (run --search)"
+
+
+def test_run_page_per_level_table_reads_at_a_glance(monkeypatch, fixture_db):
+    """Human names with units, 1 decimal for ms and tok/s, integers for counts, C pinned."""
+    at = app(monkeypatch, fixture_db, "views/run.py")
+    table = at.dataframe[0]
+    assert_human(table)
+    assert list(table.value.columns[:8]) == [
+        "C", "passes", "probe", "mean TTFT (ms)", "p99 TTFT (ms)", "mean TPS (tok/s)",
+        "TPS p10 (tok/s)", "fails because"]
+    shown = config(table)
+    assert shown["C"]["pinned"] and not shown["mean TTFT (ms)"]["pinned"]
+    formats = {name: c["type_config"].get("format") for name, c in shown.items()}
+    assert formats["mean TTFT (ms)"] == formats["mean TPS (tok/s)"] == "%.1f"
+    assert formats["requests"] == formats["errors"] == "%d"
+    assert shown["probe"]["type_config"]["type"] == "checkbox"
 
 
 def test_run_page_shows_what_an_older_server_counted(monkeypatch, fixture_db):
@@ -95,28 +154,41 @@ def test_run_page_shows_a_published_run(monkeypatch, fixture_db):
     at = app(monkeypatch, fixture_db, "views/run.py")
     at.selectbox(key="run_id").set_value("qwen3.8-flash-next_1x-rtx-pro-6000_host").run()
     assert metrics(at)["Max C"] == "16" and metrics(at)["chat users"] == "64"
+    assert at.subheader[0].value == (
+        "Max C 16 (lower bound: C=17-31 not tested): 64 chat / 24 agentic users")
     assert "published run" in at.info[0].value
+    # only the published means are shown: no empty percentile or probe columns
+    assert list(at.dataframe[0].value.columns) == [
+        "C", "passes", "mean TTFT (ms)", "mean TPS (tok/s)", "fails because", "errors"]
 
 
 def test_compare_page_percent_difference(monkeypatch, fixture_db):
     at = app(monkeypatch, fixture_db, "views/compare.py")
     at.multiselect(key="compare_runs").set_value(["fixture-mem", "fixture-nvme"]).run()
+    assert_human(at.dataframe[0])
     diff = at.dataframe[0].value
-    assert list(diff["concurrency"]) == [1, 2, 4, 8]
-    assert (diff["tps_diff_pct"] < 0).all()  # NVMe slower than memory at every level
-    caps = at.dataframe[1].value.set_index("run_id")
-    assert caps.loc["fixture-mem", "max_c"] == 4 and caps.loc["fixture-nvme", "max_c"] == 2
+    assert list(diff["C"]) == [1, 2, 4, 8]  # the probe C=3 has no baseline level to meet
+    assert (diff["TPS vs baseline (%)"] < 0).all()  # NVMe slower than memory at every level
+    assert config(at.dataframe[0])["TTFT vs baseline (%)"]["type_config"]["format"] == (
+        "%+.1f%%")
+    assert_runs_table(at.dataframe[1])
+    caps = at.dataframe[1].value.set_index("run")
+    assert caps.loc["fixture-mem", "Max C"] == 4 and caps.loc["fixture-nvme", "Max C"] == 2
 
 
 def test_capacity_page_recomputes_with_the_controls(monkeypatch, fixture_db):
     at = app(monkeypatch, fixture_db, "views/capacity.py")
-    table = at.dataframe[0].value.set_index("run_id")
-    assert table.loc["fixture-mem", "max_c"] == 4
+    assert_runs_table(at.dataframe[0])
+    table = at.dataframe[0].value.set_index("run")
+    assert table.loc["fixture-mem", "Max C"] == 4
     assert table.loc["qwen3.8-flash-next_1x-spark_nvme", "source"] == "published"
+    assert table.loc["qwen3.8-flash-next_1x-spark_nvme", "published Max C"] == 2
     at.number_input[0].set_value(15.0).run()  # TPS target 15: more levels pass
-    table = at.dataframe[0].value.set_index("run_id")
-    assert table.loc["fixture-mem", "max_c"] == 4 and table.loc["fixture-nvme", "max_c"] == 4
-    assert table.loc["fixture-nvme", "chat_users"] == 16
+    table = at.dataframe[0].value.set_index("run")
+    assert table.loc["fixture-mem", "Max C"] == 4 and table.loc["fixture-nvme", "Max C"] == 4
+    assert table.loc["fixture-nvme", "chat users"] == 16
+    assert table.loc["fixture-nvme", "verdict"] == (
+        "Max C 4 (lower bound: C=5-7 not tested, found by --search): 16 chat / 6 agentic users")
     assert "Capacity CSV (7 rows)" in downloads(at)
 
 
@@ -130,20 +202,24 @@ def test_sizing_page_verdicts(monkeypatch, fixture_db):
 
 def test_reference_page_published_max_c(monkeypatch, fixture_db):
     at = app(monkeypatch, fixture_db, "views/reference.py")
-    table = at.dataframe[0].value.set_index("run_id")
+    assert_runs_table(at.dataframe[0])
+    table = at.dataframe[0].value.set_index("run")
     full = ["deepseek-v4.1-flash_4x-spark_nvme", "qwen3.8-flash-next_1x-spark_nvme",
             "qwen3.8-flash-next_1x-rtx-pro-6000_host"]
-    assert list(table.loc[full, "max_c"]) == [2, 2, 16]
-    assert list(table.loc[full, "chat_users"]) == [8, 8, 64]
-    assert list(table.loc[full, "agentic_users"]) == [3, 3, 24]
-    assert (table.loc[full, "published_max_c"] == table.loc[full, "max_c"]).all()
+    assert list(table.loc[full, "Max C"]) == [2, 2, 16]
+    assert list(table.loc[full, "chat users"]) == [8, 8, 64]
+    assert list(table.loc[full, "agentic users"]) == [3, 3, 24]
+    assert (table.loc[full, "published Max C"] == table.loc[full, "Max C"]).all()
+    assert table.loc[full[0], "verdict"] == (
+        "Max C 2 (lower bound: C=3 not tested): 8 chat / 3 agentic users")
 
 
 def test_downloads_carry_the_rows_they_announce(fixture_db):
     levels = data.levels(fixture_db, ["fixture-mem", "fixture-nvme"])
-    assert len(levels) == 8
+    assert len(levels) == 9
+    assert list(levels.loc[levels["probe"], "concurrency"]) == [3]
     csv = data.to_csv(data.requests_frame(fixture_db, ["fixture-nvme"])).decode()
-    assert len(csv.strip().splitlines()) == 1 + 150
+    assert len(csv.strip().splitlines()) == 1 + 180
     caps = data.capacity_table(levels, Targets())
     assert dict(zip(caps["run_id"], caps["max_c"], strict=True)) == {
         "fixture-mem": 4, "fixture-nvme": 2}

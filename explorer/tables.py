@@ -1,0 +1,109 @@
+"""Every table the explorer shows, with human names, units and number formats: a reader sees
+"mean TTFT (ms)" and 36.7, never `mean_ttft_ms` or 36.7374. Raw field names stay in the CSV
+downloads, where scripts read them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+
+@dataclass(slots=True, frozen=True)
+class Column:
+    label: str
+    kind: str = "text"  # text | number | check | datetime
+    format: str | None = None  # a NumberColumn / DatetimeColumn format
+    width: str | None = None  # "large" for sentences
+
+
+MS, TOKS, COUNT, MEAN_COUNT = "%.1f", "%.1f", "%d", "%.1f"
+COLUMNS: dict[str, Column] = {
+    # runs and capacity
+    "max_c": Column("Max C", "number", COUNT),
+    "chat_users": Column("chat users", "number", COUNT),
+    "agentic_users": Column("agentic users", "number", COUNT),
+    "run_id": Column("run"),
+    "verdict": Column("verdict", width="large"),
+    "started_at": Column("started (UTC)", "datetime", "YYYY-MM-DD HH:mm"),
+    "device": Column("device"),
+    "engine": Column("engine"),
+    "model": Column("model"),
+    "table_placement": Column("table on"),
+    "label": Column("label"),
+    "status": Column("status"),
+    "source": Column("source"),
+    "nodes": Column("nodes", "number", COUNT),
+    "tp": Column("tensor parallel", "number", COUNT),
+    "speculative": Column("speculative decoding"),
+    "tps_c1": Column("TPS at C=1 (tok/s)", "number", TOKS),
+    "ttft_c1_ms": Column("TTFT at C=1 (ms)", "number", MS),
+    "passing": Column("passing levels (C)"),
+    "warnings": Column("warnings", width="large"),
+    "published_max_c": Column("published Max C", "number", COUNT),
+    "published_chat_users": Column("published chat users", "number", COUNT),
+    "published_agentic_users": Column("published agentic users", "number", COUNT),
+    # levels
+    "concurrency": Column("C", "number", COUNT),
+    "rate": Column("rate (req/s)", "number", "%.2f"),
+    "passes": Column("passes", "check"),
+    "probe": Column("probe", "check"),
+    "fails_because": Column("fails because"),
+    "requests": Column("requests", "number", COUNT),
+    "errors": Column("errors", "number", COUNT),
+    "short_outputs": Column("short outputs", "number", COUNT),
+    "mean_ttft_ms": Column("mean TTFT (ms)", "number", MS),
+    "p50_ttft_ms": Column("p50 TTFT (ms)", "number", MS),
+    "p90_ttft_ms": Column("p90 TTFT (ms)", "number", MS),
+    "p99_ttft_ms": Column("p99 TTFT (ms)", "number", MS),
+    "mean_tps": Column("mean TPS (tok/s)", "number", TOKS),
+    "p50_tps": Column("TPS p50 (tok/s)", "number", TOKS),
+    "p10_tps": Column("TPS p10 (tok/s)", "number", TOKS),
+    "p1_tps": Column("TPS p1 (tok/s)", "number", TOKS),
+    "throughput_tps": Column("throughput (tok/s)", "number", TOKS),
+    "mean_output_tokens": Column("output tokens", "number", MEAN_COUNT),
+    "mean_prompt_tokens": Column("prompt tokens", "number", MEAN_COUNT),
+    "p50_send_lag_ms": Column("p50 send lag (ms)", "number", "%.2f"),
+    "p99_send_lag_ms": Column("p99 send lag (ms)", "number", "%.2f"),
+    # compare
+    "tps_diff_pct": Column("TPS vs baseline (%)", "number", "%+.1f%%"),
+    "ttft_diff_pct": Column("TTFT vs baseline (%)", "number", "%+.1f%%"),
+}
+
+# What a buyer came for leads every runs table and stays in view when it scrolls sideways;
+# the run id follows unpinned, or long published names would fill a narrow window on their own.
+RUN_PINNED = ("max_c", "chat_users", "agentic_users")
+LEVEL_COLUMNS = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttft_ms",
+                 "mean_tps", "p10_tps", "fails_because", "requests", "errors", "short_outputs",
+                 "p50_ttft_ms", "p90_ttft_ms", "p50_tps", "p1_tps", "throughput_tps",
+                 "mean_output_tokens", "mean_prompt_tokens", "p50_send_lag_ms", "p99_send_lag_ms")
+
+
+def human(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """The chosen columns that the frame has, in that order, under their human names; columns
+    with no value at all (a published run's percentiles, a closed run's rate) are left out."""
+    present = [c for c in columns if c in frame and frame[c].notna().any()]
+    return frame[present].rename(columns={c: COLUMNS[c].label for c in present})
+
+
+def _config(column: Column, pinned: bool) -> st.column_config.Column:
+    if column.kind == "number":
+        return st.column_config.NumberColumn(column.label, format=column.format, pinned=pinned)
+    if column.kind == "check":
+        return st.column_config.CheckboxColumn(column.label, pinned=pinned)
+    if column.kind == "datetime":
+        return st.column_config.DatetimeColumn(column.label, format=column.format,
+                                               pinned=pinned)
+    return st.column_config.TextColumn(column.label, pinned=pinned, width=column.width)
+
+
+def show(frame: pd.DataFrame, columns: Sequence[str], pinned: Sequence[str] = ()) -> None:
+    """A table of `columns` (pinned ones first, held in view), named and formatted for people."""
+    order = [*pinned, *(c for c in columns if c not in pinned)]
+    shown = human(frame, order)
+    labels = {COLUMNS[c].label: c for c in order}
+    st.dataframe(shown, hide_index=True, width="stretch",
+                 column_config={label: _config(COLUMNS[labels[label]], labels[label] in pinned)
+                                for label in shown.columns})
