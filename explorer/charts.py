@@ -95,17 +95,21 @@ def server_metric_vs_c(figures: pd.DataFrame, column: str, y_title: str,
     return fig
 
 
-def distribution(stats: pd.DataFrame, y_title: str) -> go.Figure:
-    """Per-level box plots from quantiles computed in SQL (min, q1, median, q3, max)."""
+def distribution(stats: pd.DataFrame, y_title: str, by_rate: bool = False) -> go.Figure:
+    """Per-level box plots from quantiles computed in SQL (min, q1, median, q3, max); levels
+    are the `rate` column (req/s) instead of `concurrency` for a rate run."""
     fig = go.Figure()
     for row in stats.itertuples():
+        level = f"{row.rate:g}" if by_rate else str(row.concurrency)
         fig.add_trace(go.Box(
-            x=[str(row.concurrency)], q1=[row.q1], median=[row.med], q3=[row.q3],
+            x=[level], q1=[row.q1], median=[row.med], q3=[row.q3],
             lowerfence=[row.lo], upperfence=[row.hi], mean=[row.mean],
-            name=f"C={row.concurrency}", showlegend=False, boxpoints=False,
+            name=f"R={level} req/s" if by_rate else f"C={level}", showlegend=False,
+            boxpoints=False,
         ))
-    fig.update_layout(xaxis_title="concurrency C", yaxis_title=y_title, height=360,
-                      margin={"t": 20, "b": 10}, xaxis_type="category")
+    fig.update_layout(xaxis_title="request rate (req/s)" if by_rate else "concurrency C",
+                      yaxis_title=y_title, height=360, margin={"t": 20, "b": 10},
+                      xaxis_type="category")
     return fig
 
 
@@ -190,4 +194,47 @@ def sizing_budget(report: dict) -> go.Figure:
                   annotation_text=f"{report['memory_gb_per_node']:g} GB per node")
     fig.update_layout(barmode="stack", yaxis_title="GB per node", height=420,
                       margin={"t": 30, "b": 10})
+    return fig
+
+
+LAG_LIMITED_NAME = "send lag > 10 ms (generator-limited)"
+
+
+def metric_vs_rate(levels: pd.DataFrame, y: str, target: float, target_label: str,
+                   passing: set[tuple[str, float]], y_title: str, labels: dict[str, str],
+                   lag_limited: set[tuple[str, float]] = frozenset()) -> go.Figure:
+    """A rate run's figure against the request rate (req/s), one line per run: filled markers
+    where the level meets every target, hollow where not, an x where the load generator set
+    the pace (p99 send lag over the limit)."""
+    fig = go.Figure()
+    for i, (run_id, frame) in enumerate(levels.groupby("run_id", sort=False)):
+        frame = frame.sort_values("rate")
+        rates = [float(r) for r in frame["rate"]]
+        ok = [(run_id, r) in passing for r in rates]
+        lagged = [(run_id, r) in lag_limited for r in rates]
+        lag = (frame["p99_send_lag_ms"].tolist() if "p99_send_lag_ms" in frame
+               else [None] * len(frame))
+        color = PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Scatter(
+            x=rates, y=frame[y], mode="lines+markers", name=labels.get(run_id, run_id),
+            line={"color": color},
+            marker={"size": 11, "color": color, "line": {"color": color, "width": 2},
+                    "symbol": [("x" if g else "circle") + ("" if k else "-open")
+                               for g, k in zip(lagged, ok, strict=True)]},
+            customdata=[["passes" if k else "fails",
+                         "-" if v is None or pd.isna(v) else f"{v:.2f}"]
+                        for k, v in zip(ok, lag, strict=True)],
+            hovertemplate="R=%{x} req/s<br>%{y:.1f}<br>%{customdata[0]}"
+                          "<br>p99 send lag %{customdata[1]} ms<extra>%{fullData.name}</extra>",
+        ))
+    if lag_limited:  # a legend key for the x markers
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=LAG_LIMITED_NAME,
+                                 marker={"symbol": "x", "size": 12, "color": "grey"}))
+    fig.add_hline(y=target, line={"color": "grey", "dash": "dash"},
+                  annotation_text=target_label, annotation_position="top left")
+    ticks = sorted({float(r) for r in levels["rate"].dropna()})
+    fig.update_xaxes(tickvals=ticks, ticktext=[f"{t:g}" for t in ticks],
+                     title="request rate (req/s)", rangemode="tozero")
+    fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 30, "b": 10}, height=420)
     return fig

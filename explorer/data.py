@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from harness.confidence import difference_of_clusters
 from harness.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
 from harness.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.store import DEFAULT_DB, Store
@@ -366,6 +367,81 @@ def capacity_table(levels_frame: pd.DataFrame, targets: Targets) -> pd.DataFrame
                      "warnings": "; ".join(cap.warnings)})
     return pd.DataFrame(rows, columns=["run_id", "max_c", "chat_users", "agentic_users",
                                        "verdict", "passing", "warnings"])
+
+
+def cluster_sums(path: Path, run_ids: list[str]) -> pd.DataFrame:
+    """Per run, concurrency, repeat and round: sum and count of successful requests' TTFT and
+    TPS, the unit `harness.confidence` resamples (aggregated in SQL: no raw rows shipped)."""
+    if not run_ids:
+        return pd.DataFrame()
+    return query(path, """
+        SELECT run_id, concurrency, coalesce(repeat, 0) AS repeat, round,
+               sum(ttft_ms) AS ttft_sum, count(ttft_ms) AS ttft_n,
+               sum(output_tokens / (latency_ms / 1000.0)) FILTER (WHERE latency_ms > 0)
+                   AS tps_sum,
+               count(*) FILTER (WHERE latency_ms > 0) AS tps_n
+        FROM requests WHERE run_id IN (SELECT unnest(?)) AND ok AND rate IS NULL
+        GROUP BY ALL ORDER BY ALL""", [run_ids])
+
+
+DIFF_COLUMNS = ["run_id", "concurrency", "tps_diff_pct", "tps_diff_low", "tps_diff_high",
+                "tps_verdict", "ttft_diff_pct", "ttft_diff_low", "ttft_diff_high",
+                "ttft_verdict"]
+
+
+def _clusters_of(frame: pd.DataFrame, metric: str) -> dict[int, list[tuple[int, int, float, int]]]:
+    out: dict[int, list[tuple[int, int, float, int]]] = {}
+    for row in frame.itertuples():
+        n = getattr(row, f"{metric}_n")
+        if n:
+            out.setdefault(int(row.concurrency), []).append(
+                (int(row.repeat), int(row.round), float(getattr(row, f"{metric}_sum")), int(n)))
+    return out
+
+
+def _pct(value: object, base: object) -> float | None:
+    if value is None or base is None or pd.isna(value) or pd.isna(base) or not base:
+        return None
+    return (float(value) / float(base) - 1) * 100
+
+
+def differences(levels_frame: pd.DataFrame, clusters: pd.DataFrame,
+                baseline: str) -> pd.DataFrame:
+    """Per run and C, the % difference of mean TPS and mean TTFT against the baseline run,
+    with an interval from both runs' (repeat, round) clusters and a verdict: "within noise"
+    where the interval spans 0, "significant" where not, "single run" (no interval, no
+    verdict) where either run has only one repeat or no stored requests (a published run)."""
+    if levels_frame.empty:
+        return pd.DataFrame(columns=DIFF_COLUMNS)
+    levels_frame = levels_frame[levels_frame["concurrency"] > 0]
+    by_run = {run_id: frame for run_id, frame in clusters.groupby("run_id")} \
+        if not clusters.empty else {}
+    empty = pd.DataFrame(columns=["concurrency", "repeat", "round"])
+    base_levels = levels_frame[levels_frame["run_id"] == baseline].set_index("concurrency")
+    base_clusters = {m: _clusters_of(by_run.get(baseline, empty), m) for m in ("tps", "ttft")}
+    rows = []
+    for run_id, frame in levels_frame[levels_frame["run_id"] != baseline].groupby(
+            "run_id", sort=False):
+        other = {m: _clusters_of(by_run.get(run_id, empty), m) for m in ("tps", "ttft")}
+        for lv in frame.itertuples():
+            c = int(lv.concurrency)
+            if c not in base_levels.index:
+                continue
+            row: dict = {"run_id": run_id, "concurrency": c}
+            for metric, column in (("tps", "mean_tps"), ("ttft", "mean_ttft_ms")):
+                a, b = base_clusters[metric].get(c), other[metric].get(c)
+                diff = difference_of_clusters(a, b) if a and b else None
+                if diff is None:
+                    pct = _pct(getattr(lv, column), base_levels.loc[c, column])
+                    row.update({f"{metric}_diff_pct": pct, f"{metric}_diff_low": None,
+                                f"{metric}_diff_high": None,
+                                f"{metric}_verdict": None if pct is None else "single run"})
+                else:
+                    row.update({f"{metric}_diff_pct": diff.pct, f"{metric}_diff_low": diff.low,
+                                f"{metric}_diff_high": diff.high,
+                                f"{metric}_verdict": diff.verdict})
+            rows.append(row)
+    return pd.DataFrame(rows, columns=DIFF_COLUMNS)
 
 
 def to_csv(frame: pd.DataFrame) -> bytes:

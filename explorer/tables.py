@@ -42,6 +42,7 @@ COLUMNS: dict[str, Column] = {
     "ttft_c1_ms": Column("TTFT at C=1 (ms)", "number", MS),
     "passing": Column("passing levels (C)"),
     "warnings": Column("warnings", width="large"),
+    "max_rate": Column("max rate (req/s)", "number", "%.2f"),
     "published_max_c": Column("published Max C", "number", COUNT),
     "published_chat_users": Column("published chat users", "number", COUNT),
     "published_agentic_users": Column("published agentic users", "number", COUNT),
@@ -67,9 +68,16 @@ COLUMNS: dict[str, Column] = {
     "mean_prompt_tokens": Column("prompt tokens", "number", MEAN_COUNT),
     "p50_send_lag_ms": Column("p50 send lag (ms)", "number", "%.2f"),
     "p99_send_lag_ms": Column("p99 send lag (ms)", "number", "%.2f"),
+    "lag_limited": Column("send lag > 10 ms", "check"),
     # compare
     "tps_diff_pct": Column("TPS vs baseline (%)", "number", "%+.1f%%"),
     "ttft_diff_pct": Column("TTFT vs baseline (%)", "number", "%+.1f%%"),
+    "tps_diff_low": Column("TPS diff low (%)", "number", "%+.1f%%"),
+    "tps_diff_high": Column("TPS diff high (%)", "number", "%+.1f%%"),
+    "tps_verdict": Column("TPS verdict"),
+    "ttft_diff_low": Column("TTFT diff low (%)", "number", "%+.1f%%"),
+    "ttft_diff_high": Column("TTFT diff high (%)", "number", "%+.1f%%"),
+    "ttft_verdict": Column("TTFT verdict"),
 }
 
 # What a buyer came for leads every runs table and stays in view when it scrolls sideways;
@@ -79,6 +87,13 @@ LEVEL_COLUMNS = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_
                  "mean_tps", "p10_tps", "fails_because", "requests", "errors", "short_outputs",
                  "p50_ttft_ms", "p90_ttft_ms", "p50_tps", "p1_tps", "throughput_tps",
                  "mean_output_tokens", "mean_prompt_tokens", "p50_send_lag_ms", "p99_send_lag_ms")
+
+# a rate run's levels (`run --mode rate`): keyed by the request rate, send lag up front
+RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps", "p10_tps",
+                      "p50_send_lag_ms", "p99_send_lag_ms", "lag_limited", "fails_because",
+                      "requests", "errors", "short_outputs", "p50_ttft_ms", "p90_ttft_ms",
+                      "p50_tps", "p1_tps", "throughput_tps", "mean_output_tokens",
+                      "mean_prompt_tokens")
 
 
 def human(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:

@@ -206,6 +206,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="after the levels, probe full levels (bisection between the highest "
                           "passing and the lowest failing C, doubling when all pass) until Max "
                           "C is known to the integer (default: off)")
+    run.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="run the whole sweep N times in one run, interleaved per level (level "
+                          "1 of every repeat, then level 2 ...), for a 95%% interval of each "
+                          "level's means and how many repeats agree on Max C (closed and burst "
+                          "modes)")
     run.add_argument("--max-concurrency", type=positive_int, default=256,
                      help="the highest C the search may probe")
     run.add_argument("--no-server-metrics", dest="server_metrics", action="store_false",
@@ -331,9 +336,30 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
         server_metrics=args.server_metrics, search=args.search,
         max_concurrency=args.max_concurrency, rates=args.rates or (), arrival=args.arrival,
-        duration_s=args.duration,
+        duration_s=args.duration, repeat=args.repeat,
     )
     return config, None
+
+
+def check_search(config: RunConfig, targets: Targets) -> None:
+    """`--search` bisects on pass/fail verdicts: refuse targets or a statistic under which no
+    level can be told apart (one sentence, before anything is stored)."""
+    if not config.search:
+        return
+    if not 0 < targets.tps_min < math.inf:
+        raise UserError(f"--search needs a TPS target above 0 (--tps-min {targets.tps_min:g}): "
+                        "with none, no level can fail on TPS and the search has nothing to find")
+    if not 0 < targets.ttft_max_ms < math.inf:
+        raise UserError(f"--search needs a finite TTFT target above 0 (--ttft-max-ms "
+                        f"{targets.ttft_max_ms:g})")
+    if targets.statistic != "mean":
+        tail = 100 - int(targets.statistic[1:])
+        need = math.ceil(100 / tail) if tail else math.inf
+        fewest = min(config.levels) * config.rounds * config.repeat if config.levels else 0
+        if fewest < need:
+            raise UserError(f"--search judges --statistic {targets.statistic}, which needs at "
+                            f"least {need} requests per level to be measured, but the lowest "
+                            f"level sends {fewest}: raise --rounds or use --statistic mean")
 
 
 @contextlib.contextmanager
@@ -382,6 +408,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     targets = _targets(args)
     store = Store(args.db)
     config, resume_id = config_for(args, store)  # bad flags stop here: nothing stored
+    check_search(config, targets)
     store.initialise()
     prompts = load(config.prompts, config.seed)  # a bad file stops here: nothing stored
     run_id = resume_id or new_run_id()

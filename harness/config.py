@@ -80,6 +80,7 @@ class RunConfig:
     rates: tuple[float, ...] = ()  # mode rate: requests/s per level (its levels are empty)
     arrival: str = "poisson"  # mode rate: poisson or constant gaps (harness.arrivals)
     duration_s: float = 60.0  # mode rate: seconds each rate level sends for
+    repeat: int = 1  # passes over the sweep, interleaved per level (harness.confidence)
 
     def __post_init__(self) -> None:
         self._check_rate_mode()
@@ -106,6 +107,11 @@ class RunConfig:
         if self.levels and self.max_concurrency < max(self.levels):
             raise ConfigError(f"--max-concurrency {self.max_concurrency} is below the highest "
                               f"level, {max(self.levels)}")
+        if self.repeat < 1:
+            raise ConfigError(f"--repeat must be at least 1, not {self.repeat}")
+        if self.repeat > 1 and self.mode == "rate":
+            raise ConfigError("--repeat applies to --mode closed and burst: a rate level is "
+                              "repeated by running it for a longer --duration")
         if self.warmup < 0:
             raise ConfigError("--warmup must be 0 or more")
         if not self.prompts:

@@ -40,6 +40,7 @@ class RequestRecord:
     retried: str | None = None  # the first attempt's error kind when the request was re-sent
     rate: float | None = None  # mode rate: the level's requests/s (concurrency is then 0)
     scheduled_at: float | None = None  # mode rate: when the schedule said to send (wall s)
+    repeat: int = 0  # `run --repeat N`: which pass over the sweep (0-based)
 
     @property
     def ok(self) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness import confidence
 from harness.config import RunConfig
 from harness.metrics import (
     STATISTIC_FIELDS,
@@ -52,6 +53,7 @@ def summarise(
         levels, found, warnings = _rate_levels(run, stats, targets)
     else:
         levels, found, warnings = _concurrency_levels(run, stats, targets, search)
+        found.update(_repeats(levels, records, run["output_tokens"], targets))
     if _calibrated(run):
         warnings += [w for s in stats if (w := prompt_warning(s, run["input_tokens"]))]
     estimated = sum(1 for r in records if r.ok and r.output_tokens_estimated)
@@ -96,6 +98,54 @@ def _concurrency_levels(
         "chat_users": cap.chat_users, "agentic_users": cap.agentic_users,
     }
     return levels, found, warnings
+
+
+def _interval(iv: confidence.Interval | None) -> dict | None:
+    if iv is None:
+        return None
+    return {"mean": _round(iv.mean), "low": _round(iv.low), "high": _round(iv.high),
+            "method": iv.method, "clusters": iv.clusters, "repeats": iv.repeats, "note": iv.note}
+
+
+def level_intervals(records: Sequence[RequestRecord]
+                    ) -> tuple[dict[int, confidence.Interval], dict[int, confidence.Interval]]:
+    """Per concurrency, mean TTFT and mean TPS with their 95% interval over (repeat, round)
+    clusters, or the range over repeats when there are too few clusters (harness.confidence)."""
+    ok = [r for r in records if r.ok and r.rate is None]
+    ttft = confidence.intervals_by_level((r.concurrency, r.repeat, r.round, r.ttft_ms)
+                                         for r in ok)
+    tps = confidence.intervals_by_level((r.concurrency, r.repeat, r.round, r.tps) for r in ok)
+    return ttft, tps  # type: ignore[return-value]
+
+
+def repeat_agreement(records: Sequence[RequestRecord], output_target: int,
+                     targets: Targets) -> confidence.Agreement | None:
+    """Max C of each repeat on its own, and how many of them agree (None for one repeat)."""
+    by_repeat: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.rate is None:
+            by_repeat.setdefault(r.repeat, []).append(r)
+    if len(by_repeat) < 2:
+        return None
+    max_cs = [capacity([point(s, targets.statistic)
+                        for s in stats_by_level(rs, output_target)], targets).max_c
+              for _, rs in sorted(by_repeat.items())]
+    return confidence.agreement(max_cs)
+
+
+def _repeats(levels: list[dict], records: Sequence[RequestRecord], output_target: int,
+             targets: Targets) -> dict:
+    """Adds ttft_ci and tps_ci to each level row; the repeats and their Max C agreement."""
+    ttft, tps = level_intervals(records)
+    for row in levels:
+        row["ttft_ci"] = _interval(ttft.get(row["concurrency"]))
+        row["tps_ci"] = _interval(tps.get(row["concurrency"]))
+    agree = repeat_agreement(records, output_target, targets)
+    repeats = len({r.repeat for r in records if r.rate is None}) or 1
+    return {"repeats": repeats,
+            "max_c_agreement": ({"max_c": int(agree.max_c), "agree": agree.agree,
+                                 "repeats": agree.repeats, "text": agree.text}
+                                if agree else None)}
 
 
 def _rate_levels(
@@ -186,6 +236,35 @@ def _print_max_c(summary: dict, console: Console) -> None:
     if summary.get("max_c_search"):
         console.print(f"Max C found by --search: {summary['max_c_search']['how']}",
                       highlight=False)
+    agree = summary.get("max_c_agreement")
+    if agree:
+        console.print(f"Max C {summary['max_c']} ({agree['text']} repeats agree"
+                      + ("" if agree["max_c"] == summary["max_c"]
+                         else f"; the repeats' most common Max C is {agree['max_c']}") + ")",
+                      highlight=False)
+    _print_intervals(summary, console)
+
+
+def _ci_text(ci: dict | None, unit: str) -> str:
+    if ci is None:
+        return "-"
+    kind = "95% CI" if ci["method"] == "bootstrap" else "range"
+    return f"{ci['mean']:.1f} {unit} ({kind} {ci['low']:.1f}-{ci['high']:.1f})"
+
+
+def _print_intervals(summary: dict, console: Console) -> None:
+    """Per level, mean TTFT and TPS with their interval, when the run has repeats or enough
+    rounds for a bootstrap; a range is said to be one."""
+    rows = [lv for lv in summary["levels"] if lv.get("ttft_ci") or lv.get("tps_ci")]
+    if not rows or (summary.get("repeats", 1) < 2
+                    and all((lv["ttft_ci"] or {}).get("method") != "bootstrap" for lv in rows)):
+        return
+    for lv in rows:
+        console.print(f"C={lv['concurrency']}: TTFT {_ci_text(lv['ttft_ci'], 'ms')}, "
+                      f"TPS {_ci_text(lv['tps_ci'], 'tok/s')}", highlight=False)
+    notes = {ci["note"] for lv in rows for ci in (lv["ttft_ci"], lv["tps_ci"]) if ci}
+    for note in sorted(notes):
+        console.print(f"  ({note})", highlight=False)
 
 
 # -- the bundled server's table, from its /stats -----------------------------------------------

@@ -1,7 +1,9 @@
 """One benchmark run end to end: check the target, calibrate prompts, sweep, store.
 
 Every finished round is on disk before the next level starts; Ctrl-C marks the run aborted
-with its finished rounds kept; `resume` runs only the (level, round) pairs still missing.
+with its finished rounds kept; `resume` runs only the (level, repeat, round) still missing.
+Under `--repeat N` each level runs its N passes back to back (level 1 of repeat 0, 1, ...,
+then level 2), so drift over the run lands inside every level's spread.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ async def execute(
         store.update_run(run_id, status="running", finished_at=None, error=None)
     if words is not None:
         prompts = prompts.sized(words)
-    done = store.done_rounds(run_id)
+    done = store.done_clusters(run_id)
     progress.message(f"run {run_id}: {_describe_load(config)}, target {endpoint.base_url} "
                      f"model {config.model}")
     sweep = Sweep(config, endpoint, run_id, prompts, clock)
@@ -187,14 +189,19 @@ async def execute(
                              measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
             outcomes.append(outcome)
 
-        async def measure(c: int, todo: list[int]) -> None:
+        async def measure(c: int, repeat: int, todo: list[int]) -> None:
             await level(c, None, c * len(todo),
-                        lambda: sweep.run_level(c, todo, writer.submit, progress.advance))
+                        lambda: sweep.run_level(c, todo, writer.submit, progress.advance,
+                                                repeat))
+
+        async def measure_missing(c: int) -> None:
+            for repeat in range(config.repeat):
+                todo = [r for r in range(config.rounds) if (c, repeat, r) not in done]
+                if todo:
+                    await measure(c, repeat, todo)
 
         for c in config.levels:
-            todo = [r for r in range(config.rounds) if (c, r) not in done]
-            if todo:
-                await measure(c, todo)
+            await measure_missing(c)
         done_rates = store.done_rates(run_id)
         for rate in config.rates:
             if rate not in done_rates:
@@ -202,7 +209,7 @@ async def execute(
                             functools.partial(sweep.run_rate, rate, writer.submit,
                                               progress.advance))
         if config.search:
-            how = await _search(config, store, run_id, targets or Targets(), done, measure)
+            how = await _search(config, store, run_id, targets or Targets(), measure_missing)
             progress.message(how)
     except (asyncio.CancelledError, KeyboardInterrupt):
         _close_quietly(writer)
@@ -222,21 +229,18 @@ async def execute(
 
 
 async def _search(config: RunConfig, store: Store, run_id: str, targets: Targets,
-                  done: set[tuple[int, int]],
-                  measure: Callable[[int, list[int]], Awaitable[None]]) -> str:
-    """After the levels: full levels at the C that harness.search picks, until Max C is known
-    to the integer (or the cap passes). Probes are stored before they run, so a resumed run
-    finishes a probe it had begun and then plans on from every verdict it has."""
+                  measure_missing: Callable[[int], Awaitable[None]]) -> str:
+    """After the levels: full levels (every repeat) at the C that harness.search picks, until
+    Max C is known to the integer (or the cap passes). Probes are stored before they run, so a
+    resumed run finishes a probe it had begun and then plans on from every verdict it has."""
     for c in store.probes(run_id):
-        todo = [r for r in range(config.rounds) if (c, r) not in done]
-        if todo:
-            await measure(c, todo)
+        await measure_missing(c)
     while True:
         plan = search_plan(store, run_id, config, targets)
         if plan.next_probe is None:
             return f"Max C {plan.max_c}{'+' if plan.lower_bound else ''}: {plan.how}"
         store.add_probe(run_id, plan.next_probe)
-        await measure(plan.next_probe, list(range(config.rounds)))
+        await measure_missing(plan.next_probe)
 
 
 def _describe_load(config: RunConfig) -> str:
@@ -245,7 +249,8 @@ def _describe_load(config: RunConfig) -> str:
         rates = ", ".join(f"{r:g}" for r in config.rates)
         return (f"rate mode, {config.arrival} arrivals at {rates} requests/s, "
                 f"{config.duration_s:g} s each")
-    return f"{config.mode} mode, levels {list(config.levels)}, {config.rounds} rounds"
+    repeats = f", {config.repeat} repeats interleaved per level" if config.repeat > 1 else ""
+    return f"{config.mode} mode, levels {list(config.levels)}, {config.rounds} rounds{repeats}"
 
 
 def _describe_lag(stats: LevelStats) -> str:

@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS requests (
     http_status INTEGER,
     retried VARCHAR,  -- error kind of a first try that was silently re-sent, else NULL
     rate DOUBLE,  -- mode rate: the level's requests/s (concurrency 0); NULL in other modes
-    scheduled_at TIMESTAMP  -- mode rate: when the open-loop schedule said to send
+    scheduled_at TIMESTAMP,  -- mode rate: when the open-loop schedule said to send
+    repeat INTEGER  -- `run --repeat N`: the pass over the sweep, 0-based; NULL (older runs) = 0
 );
 CREATE TABLE IF NOT EXISTS server_stats (
     run_id VARCHAR,
@@ -137,7 +138,7 @@ GROUP BY q.run_id, q.concurrency, q.rate;
 _REQUEST_COLUMNS = (
     "run_id, concurrency, round, worker, request_id, sent_at, ttft_ms, latency_ms, "
     "output_tokens, output_tokens_estimated, input_tokens, chunks, max_gap_ms, finish_reason, "
-    "ok, error_kind, error_message, http_status, retried, rate, scheduled_at"
+    "ok, error_kind, error_message, http_status, retried, rate, scheduled_at, repeat"
 )
 
 # Databases written by older versions: brought up to the schema above when first opened.
@@ -146,12 +147,14 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("levels", "mean_prompt_tokens", "DOUBLE"), ("server_metrics", "value", "DOUBLE"),
             ("levels", "probe", "BOOLEAN"), ("requests", "rate", "DOUBLE"),
             ("requests", "scheduled_at", "TIMESTAMP"), ("server_stats", "rate", "DOUBLE"),
-            ("server_metrics", "rate", "DOUBLE"), ("levels", "rate", "DOUBLE")}
+            ("server_metrics", "rate", "DOUBLE"), ("levels", "rate", "DOUBLE"),
+            ("requests", "repeat", "INTEGER")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS scheduled_at TIMESTAMP;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS repeat INTEGER;
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS rate DOUBLE;
 """
@@ -277,7 +280,8 @@ class Store:
             (run_id, r.concurrency, r.round, r.worker, r.request_id, _utc(r.sent_at), r.ttft_ms,
              r.latency_ms, r.output_tokens, r.output_tokens_estimated, r.input_tokens, r.chunks,
              r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status,
-             r.retried, r.rate, None if r.scheduled_at is None else _utc(r.scheduled_at))
+             r.retried, r.rate, None if r.scheduled_at is None else _utc(r.scheduled_at),
+             r.repeat)
             for r in records
         ]
         if not rows:
@@ -346,13 +350,14 @@ class Store:
         rows = self._query(
             f"SELECT {_REQUEST_COLUMNS}, epoch_us(sent_at) AS sent_us, "
             "epoch_us(scheduled_at) AS scheduled_us FROM requests "
-            "WHERE run_id = ? ORDER BY concurrency, rate, round, worker",
+            "WHERE run_id = ? ORDER BY concurrency, rate, repeat, round, worker",
             [run_id],
         )
         records = []
         for row in rows:
             row.pop("run_id")
             row.pop("ok")
+            row["repeat"] = row["repeat"] or 0
             row["sent_at"] = row.pop("sent_us") / 1e6
             scheduled = row.pop("scheduled_us")
             row["scheduled_at"] = None if scheduled is None else scheduled / 1e6
@@ -366,6 +371,15 @@ class Store:
             [run_id],
         )
         return {(r["concurrency"], r["round"]) for r in rows}
+
+    def done_clusters(self, run_id: str) -> set[tuple[int, int, int]]:
+        """(concurrency, repeat, round) already stored: a resume of a `--repeat` run runs only
+        the others (a run stored before repeats has repeat 0 throughout)."""
+        rows = self._query(
+            "SELECT DISTINCT concurrency, coalesce(repeat, 0) AS repeat, round FROM requests "
+            "WHERE run_id = ? AND rate IS NULL", [run_id],
+        )
+        return {(r["concurrency"], r["repeat"], r["round"]) for r in rows}
 
     def done_rates(self, run_id: str) -> set[float]:
         """Rate levels already stored (each is written whole): a resume runs the others."""

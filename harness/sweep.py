@@ -9,7 +9,8 @@ once its last request ends, so a resume runs a rate level again or not at all.
 
 Every request has an ordinal, distinct within the run and the same on resume, from which the
 prompt source builds a distinct prompt: the sweep's requests 0.., then warmup; calibration
-prompts take negative ones (`calibration_ordinal`).
+prompts take negative ones (`calibration_ordinal`). Under `--repeat N` a level's block holds its
+N passes one after another, and request ids name the pass (`-c4-p1-r0-w2`).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Sweep:
         total = 0
         for c in config.levels:
             self._first_ordinal[c] = total
-            total += c * config.rounds
+            total += c * config.rounds * config.repeat
         self._rate_first: dict[float, int] = {}
         for rate in config.rates:
             self._rate_first[rate] = total
@@ -91,12 +92,13 @@ class Sweep:
         self._extra_base = total + config.warmup  # levels the Max C search adds start here
 
     def _request(self, c: int, rnd: int, worker: int, ordinal: int,
-                 tag: str = "") -> tuple[bytes, RequestRecord]:
-        request_id = f"{self.run_id}{tag}-c{c}-r{rnd}-w{worker}"
+                 tag: str = "", repeat: int = 0) -> tuple[bytes, RequestRecord]:
+        passes = f"-p{repeat}" if self.config.repeat > 1 else ""  # single runs keep old ids
+        request_id = f"{self.run_id}{tag}-c{c}{passes}-r{rnd}-w{worker}"
         cfg = self.config
         body = payload(cfg.api, cfg.model, self.prompts.text(request_id, ordinal),
                        cfg.output_tokens, cfg.temperature)
-        record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0)
+        record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0, repeat=repeat)
         return build_request(self.endpoint, body, request_id), record
 
     def schedule(self, rate: float) -> list[float]:
@@ -104,26 +106,26 @@ class Sweep:
         cfg = self.config
         return schedule(rate, cfg.duration_s, cfg.arrival, cfg.seed)
 
-    def ordinal(self, c: int, rnd: int, worker: int) -> int:
-        """A measured request's ordinal: 0, 1, ... over levels, rounds and workers. A level
-        the Max C search adds gets a block after the warm-up's that depends on C alone, so a
-        resumed run rebuilds its prompts whatever order its probes ran in."""
+    def ordinal(self, c: int, rnd: int, worker: int, repeat: int = 0) -> int:
+        """A measured request's ordinal: 0, 1, ... over levels, repeats, rounds and workers. A
+        level the Max C search adds gets a block after the warm-up's that depends on C alone,
+        so a resumed run rebuilds its prompts whatever order its probes ran in."""
+        rounds = self.config.rounds
         first = self._first_ordinal.get(c)
         if first is None:
-            rounds = self.config.rounds
-            first = self._extra_base + sum(k * rounds for k in range(1, c)
+            first = self._extra_base + sum(k * rounds * self.config.repeat for k in range(1, c)
                                            if k not in self.config.levels)
             self._first_ordinal[c] = first
-        return first + rnd * c + worker
+        return first + (repeat * rounds + rnd) * c + worker
 
     def warmup_ordinal(self, i: int) -> int:
         return self._warmup_ordinal + i
 
     async def _one(self, c: int, rnd: int, worker: int, ordinal: int | None = None,
-                   tag: str = "") -> RequestRecord:
+                   tag: str = "", repeat: int = 0) -> RequestRecord:
         if ordinal is None:
-            ordinal = self.ordinal(c, rnd, worker)
-        request, record = self._request(c, rnd, worker, ordinal, tag)
+            ordinal = self.ordinal(c, rnd, worker, repeat)
+        request, record = self._request(c, rnd, worker, ordinal, tag, repeat)
         return await stream_completion(self.pool, request, record, self.clock,
                                        self.config.request_timeout_s, self.config.stall_timeout_s)
 
@@ -164,24 +166,26 @@ class Sweep:
         )
 
     async def run_level(
-        self, c: int, rounds: Sequence[int], commit: Commit, on_record: OnRecord
+        self, c: int, rounds: Sequence[int], commit: Commit, on_record: OnRecord,
+        repeat: int = 0,
     ) -> LevelOutcome:
+        """The rounds of one pass (`repeat`) over level C."""
         await self.pool.warm(c)  # connections open before the clock starts
         cpu0 = time.process_time()
         if self.config.mode == "burst":
-            records = await self._burst(c, rounds, commit, on_record)
+            records = await self._burst(c, rounds, commit, on_record, repeat)
         else:
-            records = await self._closed(c, rounds, commit, on_record)
+            records = await self._closed(c, rounds, commit, on_record, repeat)
         return LevelOutcome(c, records, time.process_time() - cpu0)
 
     async def _closed(self, c: int, rounds: Sequence[int], commit: Commit,
-                      on_record: OnRecord) -> list[RequestRecord]:
+                      on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
         pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
         done: list[RequestRecord] = []
 
         async def worker(w: int) -> None:
             for rnd in rounds:
-                record = await self._one(c, rnd, w)
+                record = await self._one(c, rnd, w, repeat=repeat)
                 on_record(record)
                 bucket = pending[rnd]
                 bucket.append(record)
@@ -193,10 +197,11 @@ class Sweep:
         return done
 
     async def _burst(self, c: int, rounds: Sequence[int], commit: Commit,
-                     on_record: OnRecord) -> list[RequestRecord]:
+                     on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
         done: list[RequestRecord] = []
         for rnd in rounds:
-            records = await asyncio.gather(*(self._one(c, rnd, w) for w in range(c)))
+            records = await asyncio.gather(*(self._one(c, rnd, w, repeat=repeat)
+                                             for w in range(c)))
             for record in records:
                 on_record(record)
             commit(list(records))

@@ -1,10 +1,19 @@
 """Two or more runs overlaid, with the per-C difference against a baseline run, and one server
 metric (from /metrics) of every run that recorded it."""
 
+from pathlib import Path
+
+import pandas as pd
 import streamlit as st
 
 from explorer import charts, data, tables, ui
 from harness.metrics import capacity
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _clusters(path: str, version: tuple | None, run_ids: tuple[str, ...]) -> pd.DataFrame:
+    return data.cluster_sums(Path(path), list(run_ids))
+
 
 st.title("Compare")
 labels = ui.run_labels()
@@ -31,10 +40,17 @@ else:
         right.plotly_chart(charts.metric_vs_c(
             levels, "mean_tps", targets.tps_min, "TPS target", passing,
             "mean TPS per request (tok/s)", labels), width="stretch")
-        fig, diff = charts.percent_difference(levels, selected[0], labels)
+        fig, _ = charts.percent_difference(levels, selected[0], labels)
         st.subheader(f"Difference against {labels[selected[0]]}")
         st.plotly_chart(fig, width="stretch")
-        tables.show(diff, ("run_id", "concurrency", "tps_diff_pct", "ttft_diff_pct"))
+        path, version = ui.database()
+        diff = data.differences(levels, _clusters(str(path), version, tuple(selected)),
+                                selected[0])
+        tables.show(diff, data.DIFF_COLUMNS)
+        st.caption("Intervals come from each run's repeats (`run --repeat N`): 95% bootstrap "
+                   "over (repeat, round) clusters, or the range over repeats with fewer than 20 "
+                   "clusters. \"within noise\": the interval spans 0. \"single run\": a run "
+                   "without repeats gets the difference only, no verdict.")
         st.subheader("Capacity")
         tables.show(caps, ("run_id", "verdict", "passing", "warnings"), pinned=tables.RUN_PINNED)
         ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),

@@ -1,10 +1,15 @@
 """One run: its verdict line, TTFT and TPS against C with the targets, the per-level table,
 distributions, first round against the rest, the server's Engram counters with the step-time
-breakdown, and the server's own metrics (/metrics) beside the client's TTFT."""
+breakdown, and the server's own metrics (/metrics) beside the client's TTFT. A rate run
+(`run --mode rate`) shows its sustainable request rate, TTFT and TPS against the rate and the
+send lag per rate level instead."""
 
+from pathlib import Path
+
+import pandas as pd
 import streamlit as st
 
-from explorer import charts, data, tables, ui
+from explorer import charts, data, rate, tables, ui
 from harness.metrics import capacity
 
 # counters_frame column: (readable name, number format; None for text)
@@ -40,6 +45,66 @@ CLIENT_TTFT = {"concurrency": ("C", "%d"), "mean_ttft_ms": ("client TTFT mean (m
 # request_distribution metric: its name on the page
 DISTRIBUTIONS = {"ttft_ms": "TTFT (ms)", "tps": "TPS per request (tok/s)"}
 
+
+
+def rate_distribution(path: Path, run_id: str, metric: str) -> pd.DataFrame:
+    """Per rate level box statistics of ttft_ms or tps, computed in SQL."""
+    expr = {"ttft_ms": "ttft_ms", "tps": "output_tokens / (latency_ms / 1000.0)"}[metric]
+    return data.query(path, f"""
+        SELECT rate, count(*) AS n, min(v) AS lo, quantile_cont(v, 0.25) AS q1,
+               median(v) AS med, quantile_cont(v, 0.75) AS q3, max(v) AS hi, avg(v) AS mean
+        FROM (SELECT rate, {expr} AS v FROM requests
+              WHERE run_id = ? AND rate IS NOT NULL AND ok AND latency_ms > 0)
+        WHERE v IS NOT NULL GROUP BY rate ORDER BY rate""", [run_id])
+
+
+def show_rate_run(run_id: str, levels: pd.DataFrame, labels: dict[str, str]) -> None:
+    """An open-loop rate run: the sustainable request rate, TTFT and TPS against the rate,
+    the per-rate table with the send lag, and where the load generator set the pace."""
+    targets = ui.targets()
+    rated = rate.rate_levels(levels)
+    cap = rate.capacity(rated, targets)
+    table = rate.judged(rated, cap)
+    st.subheader(rate.verdict(cap))
+    cols = st.columns(3)
+    cols[0].metric("sustainable rate (req/s)", f"{cap.max_rate:g}")
+    cols[1].metric("rate levels", len(rated))
+    lag = table["p99_send_lag_ms"].max() if "p99_send_lag_ms" in table else None
+    cols[2].metric("worst p99 send lag (ms)", "-" if lag is None or pd.isna(lag) else f"{lag:.2f}")
+    st.caption(f"The highest tested request rate whose {targets.statistic} TPS >= "
+               f"{targets.tps_min:g} tok/s and TTFT <= {targets.ttft_max_ms:g} ms, with no "
+               f"errors. {rate.USERS_NEED_C}")
+    for warning in cap.warnings:
+        st.warning(warning)
+    passing = {(run_id, float(r)) for r, v in cap.levels if v.passes}
+    lagged = {(run_id, float(r)) for r, flag in zip(table["rate"], table["lag_limited"],
+                                                    strict=True) if flag}
+    left, right = st.columns(2)
+    left.plotly_chart(charts.metric_vs_rate(
+        rated, "mean_ttft_ms", targets.ttft_max_ms, f"TTFT target {targets.ttft_max_ms:g} ms",
+        passing, "mean TTFT (ms)", labels, lagged), width="stretch")
+    right.plotly_chart(charts.metric_vs_rate(
+        rated, "mean_tps", targets.tps_min, f"TPS target {targets.tps_min:g}", passing,
+        "mean TPS per request (tok/s)", labels, lagged), width="stretch")
+    st.subheader("Per rate level")
+    st.caption("Send lag: how late requests went out against the open-loop schedule. Above "
+               "10 ms at p99 the load generator, not the server, was the limit.")
+    table = table.drop(columns=["source", "concurrency"], errors="ignore")
+    tables.show(table, tables.RATE_LEVEL_COLUMNS, pinned=("rate",))
+    ui.download("Levels CSV", lambda: table, f"{run_id}_levels.csv", len(table), "run_levels")
+    path, _ = ui.database()
+    st.subheader("Per-request distribution")
+    metric = st.radio("metric", list(DISTRIBUTIONS), horizontal=True, key="run_dist",
+                      format_func=DISTRIBUTIONS.get)
+    dist = rate_distribution(path, run_id, metric)
+    st.plotly_chart(charts.distribution(dist, DISTRIBUTIONS[metric], by_rate=True),
+                    width="stretch")
+    st.caption("The first-round, server counter and server metric sections are drawn per "
+               "concurrency level, so a rate run leaves them out; its requests are in the CSV.")
+    ui.download("Requests CSV", lambda: data.requests_frame(path, [run_id]),
+                f"{run_id}_requests.csv", int(levels["requests"].sum()), "run_requests")
+
+
 st.title("Run")
 labels = ui.run_labels()
 if not labels:
@@ -49,6 +114,8 @@ else:
     levels = ui.levels_for([run_id])
     if levels.empty:
         st.info("This run has stored no finished round yet: its levels appear as they finish.")
+    elif not rate.rate_levels(levels).empty:  # run --mode rate: levels are request rates
+        show_rate_run(run_id, levels, labels)
     else:
         targets = ui.targets()
         points = data.points(levels, targets.statistic).get(run_id, [])

@@ -1,12 +1,13 @@
 """Every measured run: Max C, users and the verdict first, then what ran and its C=1
-figures; filters; CSV."""
+figures; filters; CSV. A rate run shows its sustainable request rate instead of Max C."""
 
+import pandas as pd
 import streamlit as st
 
-from explorer import data, tables, ui
+from explorer import data, rate, tables, ui
 
-RUN_COLUMNS = ("run_id", "verdict", "device", "engine", "model", "table_placement", "label",
-               "status", "started_at", "tps_c1", "ttft_c1_ms")
+RUN_COLUMNS = ("run_id", "verdict", "max_rate", "device", "engine", "model", "table_placement",
+               "label", "status", "started_at", "tps_c1", "ttft_c1_ms")
 
 st.title("Runs")
 if not ui.empty_state():
@@ -27,12 +28,20 @@ if not ui.empty_state():
     c1 = (levels[levels["concurrency"] == 1][["run_id", "mean_tps", "mean_ttft_ms"]]
           .rename(columns={"mean_tps": "tps_c1", "mean_ttft_ms": "ttft_c1_ms"})
           if not levels.empty else None)
+    rates = rate.rate_table(levels, targets)  # rate runs: the sustainable rate, no Max C
+    if not rates.empty:
+        rated = cap["run_id"].isin(rates["run_id"])
+        cap = pd.concat([cap[~rated], rates], ignore_index=True).astype(
+            {"max_c": "Int64", "chat_users": "Int64", "agentic_users": "Int64"})
     table = shown.merge(cap, on="run_id", how="left")
     if c1 is not None:
         table = table.merge(c1, on="run_id", how="left")
     st.metric("runs shown", len(table))
     st.caption(f"Max C and users at TPS >= {targets.tps_min:g}, TTFT <= "
                f"{targets.ttft_max_ms:g} ms ({targets.statistic}); change them on Capacity.")
+    if not rates.empty:
+        st.caption("A rate run (--mode rate) has no Max C or users, which need a concurrency: "
+                   "its verdict and max rate give the sustainable request rate.")
     tables.show(table, RUN_COLUMNS, pinned=tables.RUN_PINNED)
     path, _ = ui.database()
     ui.download("Levels CSV", lambda: levels.drop(columns=["source"], errors="ignore"),

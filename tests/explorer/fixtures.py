@@ -174,3 +174,54 @@ def build(path: Path) -> dict[str, str]:
         store.finish_run(run_id, "complete")
         ids[kind] = run_id
     return ids
+
+
+# An open-loop rate run (`run --mode rate`): per rate (req/s), mean TTFT ms, mean TPS and the
+# send lag (ms) every request had. Sustainable rate 2 req/s (4 fails both targets); at 4 req/s
+# the p99 send lag is past 10 ms, so the load generator is flagged there.
+RATE_RUN = "fixture-rate"
+RATES = (0.5, 1.0, 2.0, 4.0)
+RATE_PROFILE = {0.5: (250, 34.0, 0.4), 1.0: (300, 31.0, 0.6), 2.0: (450, 25.0, 1.2),
+                4.0: (1400, 16.0, 15.0)}
+RATE_DURATION_S = 20
+
+
+def rate_records(seed: int = 1, start: float = T0 + 5000) -> list[RequestRecord]:
+    """Requests of the rate run: concurrency 0, `rate` and `scheduled_at` set."""
+    rng = random.Random(f"rate-{seed}")
+    out = []
+    for rate in RATES:
+        ttft_mean, tps_mean, lag_ms = RATE_PROFILE[rate]
+        for k in range(int(rate * RATE_DURATION_S)):
+            scheduled = start + k / rate
+            tps = tps_mean + rng.uniform(-1, 1)
+            out.append(RequestRecord(
+                request_id=f"rate-r{rate:g}-{k}", concurrency=0, round=0, worker=k,
+                sent_at=scheduled + lag_ms / 1000, ttft_ms=ttft_mean + rng.uniform(-20, 20),
+                latency_ms=128 / tps * 1000, output_tokens=128, input_tokens=128, chunks=128,
+                max_gap_ms=40.0, finish_reason="length", http_status=200, rate=rate,
+                scheduled_at=scheduled))
+        start += RATE_DURATION_S + 30
+    return out
+
+
+def add_rate_run(store: Store) -> str:
+    """Write the rate run into an initialised store; returns its run id."""
+    store.create_run(RATE_RUN, {
+        "device": "spark", "engine": "engram-bench", "model": "qwen-mini",
+        "table_placement": "device", "target_url": "http://127.0.0.1:8000/v1", "api": "chat",
+        "mode": "rate", "levels": [], "rounds": 1, "input_tokens": 128, "output_tokens": 128,
+        "measured_input_tokens": 128, "label": "fixture rate",
+        "config": json.dumps({"prompt_words": 118, "rates": list(RATES),
+                              "duration": RATE_DURATION_S, "arrival": "constant"}),
+    })
+    store.write_requests(RATE_RUN, rate_records())
+    store.finish_run(RATE_RUN, "complete")
+    return RATE_RUN
+
+
+def build_with_rate(path: Path) -> dict[str, str]:
+    """The fixture database plus the rate run; returns {kind: run_id}, `rate` included."""
+    ids = build(path)
+    ids["rate"] = add_rate_run(Store(path))
+    return ids
