@@ -18,19 +18,51 @@ def _log2_axis(fig: go.Figure, values: pd.Series) -> None:
 PROBE_NAME = "probe level (run --search)"
 
 
+BAND_NAMES = {"bootstrap": "95% interval", "range": "range over repeats"}
+
+
+def _rgba(color: str, alpha: float) -> str:
+    r, g, b = (int(color[k:k + 2], 16) for k in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _band(fig: go.Figure, band: pd.DataFrame, color: str, name: str, group: str) -> None:
+    """A shaded band between `low` and `high` per C: an invisible lower edge, then the upper
+    edge filled down to it; the legend and hover say what the band is."""
+    band = band.sort_values("concurrency")
+    methods = [BAND_NAMES.get(m, m) for m in band["method"]]
+    kind = " / ".join(dict.fromkeys(methods))
+    fig.add_trace(go.Scatter(x=band["concurrency"], y=band["low"], mode="lines",
+                             line={"width": 0, "color": color}, showlegend=False,
+                             legendgroup=group, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(
+        x=band["concurrency"], y=band["high"], mode="lines", fill="tonexty",
+        fillcolor=_rgba(color, 0.18), line={"width": 0, "color": color},
+        name=f"{name}: {kind}", legendgroup=group,
+        customdata=list(zip(band["low"], band["high"], methods, strict=True)),
+        hovertemplate="C=%{x}<br>%{customdata[2]}: %{customdata[0]:.1f} to "
+                      "%{customdata[1]:.1f}<extra>%{fullData.name}</extra>"))
+
+
 def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
-                passing: set[tuple[str, int]], y_title: str, labels: dict[str, str]
-                ) -> go.Figure:
+                passing: set[tuple[str, int]], y_title: str, labels: dict[str, str],
+                bands: pd.DataFrame | None = None) -> go.Figure:
     """One line per run; filled markers where the level meets every target, hollow where not;
-    diamonds for the levels `run --search` probed, so the search's work shows."""
+    diamonds for the levels `run --search` probed, so the search's work shows. `bands`
+    (run_id, concurrency, low, high, method: "bootstrap" or "range"), where a run has repeats,
+    shades its 95% interval or its range over repeats around the line."""
     fig = go.Figure()
     probes = levels["probe"].eq(True) if "probe" in levels else pd.Series(False, levels.index)
+    by_run = ({r: f for r, f in bands.groupby("run_id", sort=False)}
+              if bands is not None and not bands.empty else {})
     for i, (run_id, frame) in enumerate(levels.groupby("run_id", sort=False)):
         frame = frame.sort_values("concurrency")
         ok = [(run_id, int(c)) in passing for c in frame["concurrency"]]
         probe = probes[frame.index].tolist()
         color = PALETTE[i % len(PALETTE)]
         published = "source" in frame and (frame["source"] == "published").all()
+        if run_id in by_run:
+            _band(fig, by_run[run_id], color, str(run_id), str(run_id))
         fig.add_trace(go.Scatter(
             x=frame["concurrency"], y=frame[y], mode="lines+markers",
             name=labels.get(run_id, run_id),

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from harness.confidence import difference_of_clusters
+from harness.confidence import difference_of_clusters, interval_of_clusters
 from harness.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
 from harness.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.store import DEFAULT_DB, Store
@@ -446,3 +446,27 @@ def differences(levels_frame: pd.DataFrame, clusters: pd.DataFrame,
 
 def to_csv(frame: pd.DataFrame) -> bytes:
     return frame.to_csv(index=False).encode()
+
+
+BAND_COLUMNS = ["run_id", "concurrency", "metric", "mean", "low", "high", "method"]
+
+
+def level_bands(clusters: pd.DataFrame) -> pd.DataFrame:
+    """Per run with repeats (more than one), C and metric ("ttft", "tps"): the band the charts
+    draw around the level mean, from `cluster_sums` through harness.confidence: the 95%
+    bootstrap interval over (repeat, round) clusters, or the range over repeats with fewer
+    than 20 clusters (`method`). Runs without repeats get no rows."""
+    rows = []
+    if clusters.empty:
+        return pd.DataFrame(columns=BAND_COLUMNS)
+    for run_id, frame in clusters.groupby("run_id", sort=False):
+        if frame["repeat"].nunique() < 2:
+            continue
+        for metric in ("ttft", "tps"):
+            for c, sums in _clusters_of(frame, metric).items():
+                iv = interval_of_clusters(sums)
+                if iv is not None:
+                    rows.append({"run_id": run_id, "concurrency": c, "metric": metric,
+                                 "mean": iv.mean, "low": iv.low, "high": iv.high,
+                                 "method": iv.method})
+    return pd.DataFrame(rows, columns=BAND_COLUMNS)

@@ -15,6 +15,11 @@ def _clusters(path: str, version: tuple | None, run_ids: tuple[str, ...]) -> pd.
     return data.cluster_sums(Path(path), list(run_ids))
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _bands(path: str, version: tuple | None, run_ids: tuple[str, ...]) -> pd.DataFrame:
+    return data.level_bands(_clusters(path, version, run_ids))
+
+
 st.title("Compare")
 labels = ui.run_labels()
 choices = list(labels)
@@ -33,17 +38,19 @@ else:
         passing = set()
         for run_id, pts in data.points(levels, targets.statistic).items():
             passing |= {(run_id, v.concurrency) for v in capacity(pts, targets).levels if v.passes}
+        path, version = ui.database()
+        bands = _bands(str(path), version, tuple(selected))
         left, right = st.columns(2)
         left.plotly_chart(charts.metric_vs_c(
             levels, "mean_ttft_ms", targets.ttft_max_ms, "TTFT target", passing, "mean TTFT (ms)",
-            labels), width="stretch")
+            labels, bands[bands["metric"] == "ttft"]), width="stretch")
         right.plotly_chart(charts.metric_vs_c(
             levels, "mean_tps", targets.tps_min, "TPS target", passing,
-            "mean TPS per request (tok/s)", labels), width="stretch")
+            "mean TPS per request (tok/s)", labels, bands[bands["metric"] == "tps"]),
+            width="stretch")
         fig, _ = charts.percent_difference(levels, selected[0], labels)
         st.subheader(f"Difference against {labels[selected[0]]}")
         st.plotly_chart(fig, width="stretch")
-        path, version = ui.database()
         diff = data.differences(levels, _clusters(str(path), version, tuple(selected)),
                                 selected[0])
         tables.show(diff, data.DIFF_COLUMNS)

@@ -47,6 +47,13 @@ DISTRIBUTIONS = {"ttft_ms": "TTFT (ms)", "tps": "TPS per request (tok/s)"}
 
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def bands(path: str, version: tuple | None, run_id: str) -> pd.DataFrame:
+    """The run's bands around mean TTFT and TPS where it has repeats (empty where not), per
+    file version: cluster sums in SQL, the bootstrap once."""
+    return data.level_bands(data.cluster_sums(Path(path), [run_id]))
+
+
 def rate_distribution(path: Path, run_id: str, metric: str) -> pd.DataFrame:
     """Per rate level box statistics of ttft_ms or tps, computed in SQL."""
     expr = {"ttft_ms": "ttft_ms", "tps": "output_tokens / (latency_ms / 1000.0)"}[metric]
@@ -129,13 +136,21 @@ else:
         cols[3].metric("levels", len(levels))
         for warning in cap.warnings:
             st.warning(warning)
+        db, version = ui.database()
+        band = bands(str(db), version, run_id)
         left, right = st.columns(2)
         left.plotly_chart(charts.metric_vs_c(
             levels, "mean_ttft_ms", targets.ttft_max_ms, f"TTFT target {targets.ttft_max_ms:g} ms",
-            passing, "mean TTFT (ms)", labels), width="stretch")
+            passing, "mean TTFT (ms)", labels, band[band["metric"] == "ttft"]), width="stretch")
         right.plotly_chart(charts.metric_vs_c(
             levels, "mean_tps", targets.tps_min, f"TPS target {targets.tps_min:g}", passing,
-            "mean TPS per request (tok/s)", labels), width="stretch")
+            "mean TPS per request (tok/s)", labels, band[band["metric"] == "tps"]),
+            width="stretch")
+        if not band.empty:
+            st.caption("Shaded: where the run has repeats (`run --repeat N`), the 95% bootstrap "
+                       "interval of the level mean over (repeat, round) clusters, or the range "
+                       "over repeats where there are fewer than 20 clusters (the legend says "
+                       "which).")
         verdicts = {v.concurrency: v for v in cap.levels}
         table = levels.drop(columns=["source"], errors="ignore").copy()
         table["passes"] = [verdicts[int(c)].passes for c in table["concurrency"]]
