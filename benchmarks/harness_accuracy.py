@@ -21,6 +21,12 @@ drift hits all alike):
   event, TTFT at the first content delta, TPS = usage completion tokens / total time), on
   the same event loop, with a pool of C connections opened before the level's clock like
   the harness's.
+
+After the table, the harness in `--mode rate` (open loop, Poisson arrivals, seeded; bar and
+scraper off) against the same server process at 10, 50 and 100 requests/s for
+`--rate-duration` seconds each: send lag = actual send - scheduled send, from the
+`scheduled_at` and `sent_at` the store keeps per request, and the TTFT bias as above. The
+target (p99 send lag <= 2 ms at 50 requests/s) joins the exit code.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
+import gc
 import json
 import os
 import statistics
@@ -65,6 +72,8 @@ BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
 ARMS = ("harness", "harness+bar", "harness+scrape", "bar-thread", "httpx", "aiohttp")
 # the targets are the harness's; the rest is context
 HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape")
+# rate mode: p99 send lag (actual - scheduled) at this many requests/s; other rates are context
+LAG_TARGET_RATE, LAG_TARGET_MS = 50.0, 2.0
 MODEL = "mock-model"
 
 
@@ -191,6 +200,31 @@ async def _harness(url: str, c: int, args: argparse.Namespace, store: Store,
 def _sent_mono(record: RequestRecord, result: RunResult) -> float:
     """The send time on the monotonic clock: the record's wall time minus the run anchor."""
     return record.sent_at - result.clock.anchor_wall + result.clock.anchor_ns / 1e9
+
+
+@dataclass(slots=True)
+class RateMeasured:
+    samples: list[Sample]
+    lags_ms: list[float]  # stored sent_at - scheduled_at, every request sent
+    failed: int
+    cpu_s: float
+
+
+async def _harness_rate(url: str, rate: float, args: argparse.Namespace,
+                        store: Store) -> RateMeasured:
+    """One open-loop rate level through `execute`, as `engram-bench run --mode rate` runs it."""
+    config = RunConfig(url=url, model=MODEL, mode="rate", levels=(), rates=(rate,),
+                       arrival="poisson", seed=args.seed, duration_s=args.rate_duration,
+                       output_tokens=args.tokens, warmup=4, server_metrics=False)
+    result = await execute(config, Endpoint(url), store, LevelProgress(enabled=False),
+                           new_run_id())
+    stored = store.requests(result.run_id)  # what the store keeps, not the in-memory records
+    lags = [(r.sent_at - r.scheduled_at) * 1000 for r in stored if r.scheduled_at is not None]
+    assert len(lags) == len(stored), "a rate request was stored without its scheduled time"
+    outcome = result.outcomes[0]
+    samples = [Sample(r.request_id, _sent_mono(r, result), r.ttft_ms, r.tps)
+               for r in outcome.records if r.ok]
+    return RateMeasured(samples, lags, len(stored) - len(samples), outcome.cpu_s)
 
 
 # -- plain library clients ------------------------------------------------------------------
@@ -325,6 +359,26 @@ async def _measure(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
     return measured
 
 
+async def _measure_rates(url: str, rates: tuple[float, ...],
+                         args: argparse.Namespace) -> dict[float, RateMeasured]:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "bench.duckdb")
+        store.initialise()
+        return {rate: await _harness_rate(url, rate, args, store) for rate in rates}
+
+
+async def _measure_all(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
+                       rates: tuple[float, ...], args: argparse.Namespace, tty: TextIO,
+                       ) -> tuple[dict[tuple[int, str], Measured], dict[float, RateMeasured]]:
+    measured = await _measure(url, levels, arms, args, tty) if levels and arms else {}
+    # what the closed-loop section left (six clients' modules and results) is the
+    # benchmark's, not the harness's: keep it out of the collector's full scans (gen-2
+    # pauses of 24-35 ms here) during the open-loop levels
+    gc.collect()
+    gc.freeze()
+    return measured, await _measure_rates(url, rates, args)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,8,32,128")
@@ -334,8 +388,18 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--clients", default=",".join(ARMS),
                         help=f"which of {', '.join(ARMS)} to run")
+    parser.add_argument("--rates", default="10,50,100",
+                        help="rate-mode section: requests/s, one level each ('' = none)")
+    parser.add_argument("--rate-duration", type=float, default=10.0,
+                        help="seconds each rate level sends for")
+    parser.add_argument("--seed", type=int, default=0, help="of the Poisson arrivals")
     args = parser.parse_args()
-    levels = tuple(int(c) for c in args.levels.split(","))
+    if not 0 < args.rate_duration < float("inf"):
+        parser.error("--rate-duration must be a positive number of seconds")
+    levels = tuple(int(c) for c in args.levels.split(",") if c)
+    rates = tuple(float(r) for r in args.rates.split(",") if r)
+    if any(not 0 < r < float("inf") for r in rates):
+        parser.error("--rates must be numbers of requests/s above 0")
     arms = tuple(a for a in args.clients.split(",") if a)
     if unknown := set(arms) - set(ARMS):
         parser.error(f"unknown client(s): {', '.join(sorted(unknown))}")
@@ -344,12 +408,22 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}/v1"
     try:
         with _terminal() as tty:
-            measured = aio.run(_measure(url, levels, arms, args, tty))
+            measured, rated = aio.run(_measure_all(url, levels, arms, rates, args, tty))
         timings = {t["request_id"]: t for t in httpx.get(f"{url[:-3]}/mock/timings").json()}
     finally:
         server.terminate()
         server.wait(5)
 
+    failed = _closed_table(levels, arms, measured, timings, args) if measured else False
+    if rated:
+        failed |= _rate_table(rated, timings, args)
+    return 1 if failed else 0
+
+
+def _closed_table(levels: tuple[int, ...], arms: tuple[str, ...],
+                  measured: dict[tuple[int, str], Measured], timings: dict,
+                  args: argparse.Namespace) -> bool:
+    """The closed-loop table; True if a harness row missed a target."""
     print(f"fake server: ttft {args.ttft_ms:g} ms, itl {args.itl_ms:g} ms, {args.tokens} tokens; "
           f"{args.rounds} rounds per level, closed loop; clients interleaved per level on "
           f"{'uvloop' if 'uvloop' in sys.modules else 'asyncio'}; httpx {httpx.__version__}, "
@@ -360,7 +434,7 @@ def main() -> int:
     print(header)
     print("-" * len(header))
     failed = False
-    for c in levels:
+    for c in levels if arms else ():
         for n, arm in enumerate(arms):
             missed = _row(c if n == 0 else None, arm, c, measured[c, arm], timings,
                           args.rounds)
@@ -372,7 +446,48 @@ def main() -> int:
             f"/chunk)" for c, m in renderer))
     print("targets (harness rows): bias <= 1 ms at C<=8, <= 2 ms at C=32, <= 5 ms at C=128; "
           "|TPS error| <= 0.5% up to C=32; <= 40 us CPU per chunk at C >= 32")
-    return 1 if failed else 0
+    return failed
+
+
+def _rate_table(rated: dict[float, RateMeasured], timings: dict,
+                args: argparse.Namespace) -> bool:
+    """The open-loop section; True if the send-lag target was missed."""
+    print()
+    print(f"rate mode (open loop): poisson arrivals, seed {args.seed}, "
+          f"{args.rate_duration:g} s per rate, same server; harness, bar and scraper off")
+    header = (f"{'rate':>6} {'reqs':>5} {'lag p50':>8} {'lag p99':>8} {'lag max':>8} "
+              f"{'bias mean':>10} {'bias p50':>9} {'bias p99':>9} {'CPU/chunk':>10}  verdict")
+    print(header)
+    print("-" * len(header))
+    missed_any = False
+    for rate, m in rated.items():
+        bias = [s.ttft_ms - (timings[s.request_id]["first_write"]
+                             - timings[s.request_id]["body_read"]) * 1000
+                for s in m.samples if s.ttft_ms is not None]
+        chunks = sum(timings[s.request_id]["tokens"] for s in m.samples)
+        p50, p99 = quantile(m.lags_ms, .5), quantile(m.lags_ms, .99)
+        lag_max = max(m.lags_ms, default=None)
+        missed = []
+        if m.failed:
+            missed.append(f"{m.failed} failed")
+        if rate == LAG_TARGET_RATE:
+            if p99 is None or p99 > LAG_TARGET_MS:
+                missed.append("send lag")
+            verdict = f"MISSES {', '.join(missed)}" if missed else "meets target"
+            missed_any |= bool(missed)
+        else:
+            verdict = "context" + (f" ({', '.join(missed)})" if missed else "")
+
+        def ms(v: float | None, width: int) -> str:
+            return f"{v:>{width - 2}.2f}ms" if v is not None else f"{'-':>{width}}"
+
+        print(f"{rate:>6g} {len(m.lags_ms):>5} {ms(p50, 8)} {ms(p99, 8)} {ms(lag_max, 8)} "
+              f"{ms(statistics.fmean(bias) if bias else None, 10)} "
+              f"{ms(quantile(bias, .5), 9)} {ms(quantile(bias, .99), 9)} "
+              f"{m.cpu_s / max(chunks, 1) * 1e6:>8.1f}us  {verdict}")
+    print(f"target (rate mode): p99 send lag (actual - scheduled send) <= {LAG_TARGET_MS:g} ms "
+          f"at {LAG_TARGET_RATE:g} requests/s")
+    return missed_any
 
 
 def _row(shown_c: int | None, arm: str, c: int, m: Measured, timings: dict,
