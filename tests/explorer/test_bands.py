@@ -10,8 +10,8 @@ from streamlit.testing.v1 import AppTest
 from explorer import charts, data
 from harness.records import RequestRecord
 from harness.store import Store
+from tests.explorer.test_pages import app
 
-APP = str(Path(__file__).resolve().parents[2] / "explorer" / "app.py")
 T0 = 1_790_000_000.0
 LEVELS = (1, 2, 4)
 # run: (mean TPS per repeat, rounds); 3 repeats x 8 rounds = 24 clusters (bootstrap),
@@ -78,11 +78,7 @@ def test_a_chart_without_bands_is_unchanged():
 def test_run_page_draws_a_band_only_for_a_run_with_repeats(monkeypatch, tmp_path):
     db = tmp_path / "bands.duckdb"
     build(db)
-    monkeypatch.setenv("ENGRAM_BENCH_DB", str(db))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("views/run.py")
-    at.run()
+    at = app(monkeypatch, db, "views/run.py")
     for run, kind in (("rep-boot", "95% interval"), ("rep-few", "range over repeats")):
         at.selectbox(key="run_id").set_value(run).run()
         assert not at.exception, at.exception
@@ -102,11 +98,7 @@ def test_run_page_draws_a_band_only_for_a_run_with_repeats(monkeypatch, tmp_path
 def test_compare_page_draws_a_band_per_run_with_repeats(monkeypatch, tmp_path):
     db = tmp_path / "bands.duckdb"
     build(db)
-    monkeypatch.setenv("ENGRAM_BENCH_DB", str(db))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("views/compare.py")
-    at.run()
+    at = app(monkeypatch, db, "views/compare.py")
     at.multiselect(key="compare_runs").set_value(list(RUNS)).run()
     assert not at.exception, at.exception
     for traces in _traces(at):

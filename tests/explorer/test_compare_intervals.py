@@ -4,13 +4,12 @@ import json
 from pathlib import Path
 
 import pandas as pd
-from streamlit.testing.v1 import AppTest
 
 from explorer import data
 from harness.records import RequestRecord
 from harness.store import Store
+from tests.explorer.test_pages import app
 
-APP = str(Path(__file__).resolve().parents[2] / "explorer" / "app.py")
 T0 = 1_790_000_000.0
 LEVELS = (1, 2)
 # per run: mean TPS of each repeat (TTFT moves the other way); the baseline drifts +-5%
@@ -70,11 +69,7 @@ def test_differences_have_intervals_and_verdicts(tmp_path):
 def test_compare_page_shows_within_noise_significant_and_single_run(monkeypatch, tmp_path):
     db = tmp_path / "rep.duckdb"
     build(db)
-    monkeypatch.setenv("ENGRAM_BENCH_DB", str(db))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("views/compare.py")
-    at.run()
+    at = app(monkeypatch, db, "views/compare.py")
     at.multiselect(key="compare_runs").set_value(list(RUNS)).run()
     assert not at.exception, at.exception
     table = at.dataframe[0].value
