@@ -30,7 +30,7 @@ from harness.config import (
 )
 from harness.endpoint import API_PATHS, Endpoint, EndpointError
 from harness.help_format import DefaultsHelp
-from harness.metrics import STATISTICS, Targets, stats_by_level
+from harness.metrics import STATISTICS, Targets, capacity, point, stats_by_level
 from harness.prompts import BUILTIN, PromptFileError, load
 from harness.report import (
     CapacityCSVError,
@@ -42,6 +42,8 @@ from harness.report import (
 )
 from harness.store import DEFAULT_DB, Store, StoreError
 from harness.target import TargetError
+from harness.users import PROFILE_DUTY, paired_closed_run
+from harness.users import PROFILES as USER_PROFILES
 from runners import commands as runner_commands
 from runners.commands import positive_int
 from runners.lifecycle import BundledServer, ServerDied, ServerStartError
@@ -178,7 +180,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      "and level")
     run.add_argument("--mode", choices=MODES, default="closed",
                      help="closed: C workers back to back; burst: C requests at once, per "
-                          "round; rate: open loop at each of --rates")
+                          "round; rate: open loop at each of --rates; users: each level is a "
+                          "number of simulated users who think between requests (--profile)")
     run.add_argument("--rates", type=_rates,
                      help="mode rate: request rates in requests/s, e.g. 0.5,1,2,4 (default: "
                           "none)")
@@ -187,6 +190,19 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                           "gaps")
     run.add_argument("--duration", type=_positive_float, default=60.0, metavar="S",
                      help="mode rate: seconds each rate level sends for")
+    run.add_argument("--profile", choices=USER_PROFILES,
+                     help="mode users: chat (a request running ~25%% of a user's time: think "
+                          "~3x its last request) or agentic (~67%%: think ~0.5x) (default: chat)")
+    run.add_argument("--duty-cycle", type=_number, metavar="D",
+                     help="mode users: the share of a user's time with a request running, in "
+                          "(0, 1], instead of the profile's (default: none)")
+    run.add_argument("--think-time", type=_number, metavar="S",
+                     help="mode users: a fixed mean think time in seconds instead of a duty "
+                          "cycle (default: none)")
+    run.add_argument("--turns", type=int, default=1, metavar="N",
+                     help="requests per conversation: each turn resends the conversation so far "
+                          "plus a new --input-tokens message, so the context grows and a prefix "
+                          "cache can reuse it (closed, burst and users modes)")
     run.add_argument("--input-tokens", type=positive_int, default=128,
                      help="prompt tokens to calibrate to")
     run.add_argument("--output-tokens", type=positive_int, default=128,
@@ -325,6 +341,8 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         else:
             placement = placement or prof.table_placement
             server_args = bundled_server_args(args, prof.name, placement)
+    if args.mode == "users" and not args.levels:
+        levels = users_levels(levels, args.profile, args.duty_cycle, args.think_time)
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api, levels=levels,
         rounds=args.rounds, mode=args.mode, input_tokens=args.input_tokens,
@@ -336,9 +354,22 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
         server_metrics=args.server_metrics, search=args.search,
         max_concurrency=args.max_concurrency, rates=args.rates or (), arrival=args.arrival,
-        duration_s=args.duration, repeat=args.repeat,
+        duration_s=args.duration, repeat=args.repeat, turns=args.turns,
+        profile=args.profile or ("chat" if args.mode == "users" and args.duty_cycle is None
+                                 and args.think_time is None else ""),
+        duty_cycle=args.duty_cycle, think_s=args.think_time,
     )
     return config, None
+
+
+def users_levels(concurrencies: tuple[int, ...], profile: str | None, duty: float | None,
+                 think_s: float | None) -> tuple[int, ...]:
+    """Mode users without --levels: the concurrency levels over the duty cycle (chat: x4), the
+    users the factor estimate would expect; with a fixed think time, the levels as they are."""
+    if think_s is not None or (duty is not None and not 0 < duty <= 1):
+        return concurrencies  # a bad duty cycle is refused by RunConfig with its sentence
+    d = duty or PROFILE_DUTY[profile or "chat"]
+    return tuple(sorted({max(1, round(c / d)) for c in concurrencies}))
 
 
 def check_search(config: RunConfig, targets: Targets) -> None:
@@ -446,12 +477,24 @@ def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: C
     found = (report.search_plan(store, run["run_id"], config, targets)
              if config.search and records else None)
     summary = summarise(run, stats_by_level(records, run["output_tokens"]), records, targets,
-                        found)
+                        found, _paired_max_c(store, run, targets))
     if as_json:
         print(json.dumps(summary, default=str))
     else:
         print_summary(summary, console)
     return 0
+
+
+def _paired_max_c(store: Store, run: dict, targets: Targets) -> tuple[str, int] | None:
+    """A users run: the newest closed run of its setup and that run's Max C (its estimate)."""
+    if run["mode"] != "users":
+        return None
+    closed = paired_closed_run(store.runs(), run)
+    if closed is None:
+        return None
+    stats = stats_by_level(store.requests(closed["run_id"]), closed["output_tokens"])
+    return closed["run_id"], capacity([point(s, targets.statistic) for s in stats],
+                                      targets).max_c
 
 
 def cmd_summary(args: argparse.Namespace, console: Console) -> int:

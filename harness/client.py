@@ -79,12 +79,12 @@ class _Exchange:
 
     def __init__(
         self, future: asyncio.Future[None], events: bool | None = None,
-        body_limit: int = _ERROR_BODY_LIMIT,
+        body_limit: int = _ERROR_BODY_LIMIT, keep_text: bool = False,
     ) -> None:
         self.future = future
         self.parser = ResponseParser()
         self.sse = SSEDecoder()
-        self.stream = CompletionStream()
+        self.stream = CompletionStream(keep_text)
         self.events = events
         self.body = bytearray()
         self.body_limit = body_limit
@@ -302,8 +302,10 @@ async def stream_completion(
     clock: Clock,
     request_timeout: float,
     stall_timeout: float | None = None,
+    keep_text: bool = False,
 ) -> RequestRecord:
-    """Send one prepared request and fill `record` with what the stream showed.
+    """Send one prepared request and fill `record` with what the stream showed (with
+    `keep_text`, `record.reply` is the answer's text).
 
     `request_timeout` bounds the whole request; `stall_timeout` (None: off) the gap between
     tokens after the first. A pooled keep-alive connection that closes before any byte of the
@@ -320,7 +322,7 @@ async def stream_completion(
             record.sent_at = clock.wall(time.perf_counter_ns())
             record.error_kind, record.error_message = _connect_failure(exc, pool.connect_timeout)
             return record
-        exchange = _Exchange(loop.create_future())
+        exchange = _Exchange(loop.create_future(), keep_text=keep_text)
         sent_ns = conn.send(exchange, request)
         await _wait(conn, exchange, _Watchdog(
             loop, conn, exchange, deadline, request_timeout, stall_timeout))
@@ -384,6 +386,9 @@ def _fill(
     record.chunks = stream.chunks
     record.finish_reason = stream.finish_reason
     record.input_tokens = stream.prompt_tokens
+    record.cached_tokens = stream.cached_tokens
+    if stream.text is not None:
+        record.reply = "".join(stream.text)
     if stream.chunks:
         record.ttft_ms = (stream.first_ns - sent_ns) / 1e6
         record.max_gap_ms = stream.max_gap_ns / 1e6 if stream.chunks > 1 else None

@@ -2,7 +2,9 @@
 
 Rules from DESIGN.md: TTFT ends at the first delta carrying `content`, `reasoning_content` or
 `tool_calls`; output tokens come from `usage` when the server sends it, else from the count of
-content chunks (flagged as estimated, since one chunk may carry several tokens). A chunk whose
+content chunks (flagged as estimated, since one chunk may carry several tokens); cached prompt
+tokens from `usage.prompt_tokens_details.cached_tokens` where the server reports them. The
+answer's text is kept only when asked (`keep_text`: a multi-turn user resends it). A chunk whose
 fields have the wrong shape is a `malformed` fault, never an exception from the protocol
 callback (which would store the request as `dropped`).
 """
@@ -27,6 +29,7 @@ class CompletionStream:
     """State of one streamed completion, fed `(data payload, arrival ns)` pairs."""
 
     __slots__ = (
+        "cached_tokens",
         "chunks",
         "completion_tokens",
         "finish_reason",
@@ -35,15 +38,18 @@ class CompletionStream:
         "max_gap_ns",
         "prompt_tokens",
         "saw_done",
+        "text",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, keep_text: bool = False) -> None:
         self.chunks = 0
         self.first_ns = 0
         self.last_ns = 0
         self.max_gap_ns = 0
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.text: list[str] | None = [] if keep_text else None
         self.finish_reason: str | None = None
         self.saw_done = False
 
@@ -67,6 +73,9 @@ class CompletionStream:
                 raise StreamFault("malformed", f"usage is not an object: {payload[:80]!r}")
             self.completion_tokens = _count(usage, "completion_tokens", self.completion_tokens)
             self.prompt_tokens = _count(usage, "prompt_tokens", self.prompt_tokens)
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict):
+                self.cached_tokens = _count(details, "cached_tokens", self.cached_tokens)
         choices = obj.get("choices")
         if not choices:  # the final usage-only chunk has "choices": []
             return
@@ -90,6 +99,10 @@ class CompletionStream:
             text = choice.get("text")
         if not text:
             return
+        if self.text is not None:  # the answer itself: content, not reasoning or tool calls
+            piece = delta.get("content") if delta is not None else text
+            if isinstance(piece, str):
+                self.text.append(piece)
         if self.chunks == 0:
             self.first_ns = now_ns
         else:

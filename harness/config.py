@@ -6,8 +6,9 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from harness.arrivals import ARRIVALS
+from harness.users import PROFILE_DUTY, PROFILES, ThinkModel
 
-MODES = ("closed", "burst", "rate")
+MODES = ("closed", "burst", "rate", "users")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
 MAX_TEMPERATURE = 2.0  # OpenAI's range is 0..2
 
@@ -81,9 +82,14 @@ class RunConfig:
     arrival: str = "poisson"  # mode rate: poisson or constant gaps (harness.arrivals)
     duration_s: float = 60.0  # mode rate: seconds each rate level sends for
     repeat: int = 1  # passes over the sweep, interleaved per level (harness.confidence)
+    profile: str = ""  # mode users: chat or agentic (harness.users); "" with a duty or think
+    duty_cycle: float | None = None  # mode users: share of a user's time with a request running
+    think_s: float | None = None  # mode users: a fixed mean think time instead of a duty cycle
+    turns: int = 1  # requests per conversation: each turn resends the conversation so far
 
     def __post_init__(self) -> None:
         self._check_rate_mode()
+        self._check_users_mode()
         if any(c < 1 for c in self.levels) or (not self.levels and self.mode != "rate"):
             raise ConfigError("levels must be positive integers")
         if self.rounds < 1:
@@ -137,6 +143,59 @@ class RunConfig:
             raise ConfigError("--levels are concurrencies: --mode rate takes --rates instead")
         if self.search:
             raise ConfigError("--search looks for a concurrency: it does not apply to --mode rate")
+
+    def _check_users_mode(self) -> None:
+        """Users need one think rule; a conversation needs a user who waits for each answer."""
+        if self.turns < 1:
+            raise ConfigError(f"--turns must be at least 1, not {self.turns}")
+        if self.turns > 1 and self.mode == "rate":
+            raise ConfigError("--turns needs a user that waits for each answer: --mode closed, "
+                              "burst or users, not rate")
+        if self.duty_cycle is not None and not 0 < self.duty_cycle <= 1:
+            raise ConfigError(f"--duty-cycle must be in (0, 1], the share of a user's time "
+                              f"with a request running, not {self.duty_cycle:g}")
+        if self.think_s is not None and not 0 <= self.think_s < math.inf:
+            raise ConfigError(f"--think-time must be 0 or more seconds, not {self.think_s:g}")
+        chosen = [flag for flag, value in (("--profile", self.profile),
+                                           ("--duty-cycle", self.duty_cycle),
+                                           ("--think-time", self.think_s)) if value]
+        if self.mode != "users":
+            if chosen or self.think_s is not None:
+                raise ConfigError(f"{(chosen or ['--think-time'])[0]} needs --mode users")
+            return
+        if self.profile and self.profile not in PROFILES:
+            raise ConfigError(f"--profile must be one of {', '.join(PROFILES)}, "
+                              f"not {self.profile!r}")
+        if self.duty_cycle is not None and self.think_s is not None:
+            raise ConfigError("--duty-cycle and --think-time both set the think time: give one")
+
+    @property
+    def think(self) -> ThinkModel | None:
+        """Mode users: the think rule (a --think-time, a --duty-cycle, else the profile's)."""
+        if self.mode != "users":
+            return None
+        if self.think_s is not None:
+            return ThinkModel(fixed_s=self.think_s)
+        return ThinkModel(duty_cycle=self.duty_cycle or PROFILE_DUTY[self.profile or "chat"])
+
+    @property
+    def longest_request_tokens(self) -> int:
+        """Context the last turn of a conversation needs: every turn's message and answer."""
+        return self.turns * (self.input_tokens + self.output_tokens)
+
+    def check_server_limits(self, context: int | None, kv_pool: int | None) -> None:
+        """Refuse, before anything is sent, a length the server said it cannot hold: its
+        context (/v1/models max_model_len) or its whole KV pool (vllm:cache_config_info)."""
+        need = self.longest_request_tokens
+        how = (f"{self.input_tokens} prompt + {self.output_tokens} output tokens"
+               + (f" x {self.turns} turns" if self.turns > 1 else ""))
+        if context is not None and need > context:
+            raise ConfigError(f"the longest request of this run needs {need} tokens ({how}), "
+                              f"above the server's {context}-token context (its max_model_len)")
+        if kv_pool is not None and need > kv_pool:
+            raise ConfigError(f"the server's KV pool holds {kv_pool} tokens, too small for one "
+                              f"request of {need} tokens ({how}): give the server more KV "
+                              "memory or send shorter requests")
 
     def to_json_dict(self) -> dict:
         """What is stored in runs.config (no secrets: the API key never is)."""

@@ -74,6 +74,12 @@ def prompt_warning(stats: LevelStats, target: int) -> str | None:
             f"off the {target}-token target (tolerance {PROMPT_TOLERANCE:.0%})")
 
 
+def first_turns(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """The requests that sent only a new message (a conversation's later turns resend the
+    turns before them): the ones whose prompt the calibrated length describes."""
+    return [r for r in records if r.turn == 1]
+
+
 def level_name(stats: LevelStats) -> str:
     """'C=4', or 'R=2 req/s' for a rate level: how messages name a level."""
     return f"C={stats.concurrency}" if stats.rate is None else f"R={stats.rate:g} req/s"

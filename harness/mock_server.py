@@ -54,6 +54,12 @@ class MockConfig:
     metrics: bool = False  # serve GET /metrics: Prometheus text with vLLM-named families
     shared_decode: bool = False  # the gap between tokens grows with requests in flight (x N),
     # as when one engine decodes them all: per-request speed falls as 1/C
+    shared_prefill: bool = False  # the wait for the first token grows with requests in flight
+    # (x N, counting this one), as when one engine prefills them in turn: TTFT rises as C
+    prefix_cache: bool = False  # usage reports cached_tokens: the earlier prompts' messages
+    # this prompt starts with (a multi-turn conversation's history)
+    context_tokens: int | None = None  # /v1/models max_model_len; longer requests get a 400
+    kv_pool_tokens: int | None = None  # /metrics vllm:cache_config_info (blocks of 16 tokens)
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
@@ -86,6 +92,7 @@ class MockServer:
         self.faults_seen = 0  # requests that matched the fault filter
         self.tokens_sent = 0
         self.in_flight = 0  # requests being answered now
+        self.prefixes: set[tuple[str, ...]] = set()  # messages of prompts seen (prefix_cache)
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
 
@@ -131,8 +138,10 @@ class MockServer:
     ) -> bool:
         route = path.split("?", 1)[0]
         if method == "GET" and route == "/v1/models":
-            models = {"object": "list", "data": [
-                {"id": self.config.model, "object": "model", "owned_by": "mock"}]}
+            card = {"id": self.config.model, "object": "model", "owned_by": "mock"}
+            if self.config.context_tokens:
+                card["max_model_len"] = self.config.context_tokens
+            models = {"object": "list", "data": [card]}
             return _send_json(writer, 200, models)
         if method == "GET" and route == "/health":
             return _send_json(writer, 200, {"status": "ok"})
@@ -170,7 +179,26 @@ class MockServer:
         lines += [f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {n}',
                   f"vllm:time_to_first_token_seconds_count {n}",
                   f"vllm:time_to_first_token_seconds_sum {n * ttft_s}"]
+        if self.config.kv_pool_tokens:
+            lines += ["# TYPE vllm:cache_config_info gauge",
+                      f'vllm:cache_config_info{{block_size="16",num_gpu_blocks='
+                      f'"{self.config.kv_pool_tokens // 16}"}} 1.0']
         return "\n".join(lines) + "\n"
+
+    def _cached_tokens(self, chat: bool, texts: list[str]) -> int:
+        """Chat: the tokens of the longest run of leading messages an earlier prompt had.
+        Completions: of the longest earlier prompt this one starts with."""
+        if not chat:
+            text = texts[0]
+            hit = max((p for p in self.prefixes if text.startswith(p[0])),
+                      key=lambda p: len(p[0]), default=None)
+            self.prefixes.add((text,))
+            return count_prompt_tokens([hit[0]]) - 3 if hit else 0
+        cached = next((k for k in range(len(texts) - 1, 0, -1)
+                       if tuple(texts[:k]) in self.prefixes), 0)
+        for k in range(1, len(texts) + 1):
+            self.prefixes.add(tuple(texts[:k]))
+        return count_prompt_tokens(texts[:cached]) - 3 if cached else 0
 
     async def _complete(self, route: str, headers: dict[str, str], body: bytes,
                         body_read: float, writer: asyncio.StreamWriter) -> bool:
@@ -210,6 +238,11 @@ class MockServer:
         )
         prompt_tokens = count_prompt_tokens(texts)
         n_tokens = cfg.output_tokens or int(req.get("max_tokens") or 16)
+        if cfg.context_tokens and prompt_tokens + n_tokens > cfg.context_tokens:
+            return _send_json(writer, 400, _error(
+                f"{prompt_tokens} prompt + {n_tokens} output tokens exceed the "
+                f"{cfg.context_tokens}-token context", "invalid_request_error"))
+        cached = self._cached_tokens(chat, texts) if cfg.prefix_cache else None
         timing = Timing(headers.get("x-request-id", ""), body_read)
         self.timings.append(timing)
         if not req.get("stream") or fault == "not_sse":
@@ -223,7 +256,7 @@ class MockServer:
         frame = _ChunkFramer(chat, cfg.model, cfg.tool_calls)
         if cfg.keepalive_comments:
             writer.write(_chunk(b": ping\n\n"))
-        next_t = body_read + cfg.ttft_ms / 1000
+        next_t = body_read + cfg.ttft_ms * (self.in_flight if cfg.shared_prefill else 1) / 1000
         chunk_s = cfg.itl_ms * cfg.tokens_per_chunk / 1000
         sent = 0
         n_chunks = 0
@@ -252,7 +285,7 @@ class MockServer:
             next_t += chunk_s * (self.in_flight if cfg.shared_decode else 1)
         writer.write(_chunk(frame.finish()))
         if include_usage:
-            writer.write(_chunk(frame.usage(prompt_tokens, n_tokens)))
+            writer.write(_chunk(frame.usage(prompt_tokens, n_tokens, cached)))
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
         return True
@@ -302,9 +335,12 @@ class _ChunkFramer:
         choice = f'{{"index":0,{inner},"finish_reason":"{reason}"}}'
         return f'data: {self.head}"choices":[{choice}]}}\n\n'.encode()
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+    def usage(self, prompt_tokens: int, completion_tokens: int,
+              cached_tokens: int | None = None) -> bytes:
+        details = ("" if cached_tokens is None
+                   else f',"prompt_tokens_details":{{"cached_tokens":{cached_tokens}}}')
         usage = (f'{{"prompt_tokens":{prompt_tokens},"completion_tokens":{completion_tokens},'
-                 f'"total_tokens":{prompt_tokens + completion_tokens}}}')
+                 f'"total_tokens":{prompt_tokens + completion_tokens}{details}}}')
         return f'data: {self.head}"choices":[],"usage":{usage}}}\n\n'.encode()
 
 

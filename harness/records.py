@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Error kinds a request can end with; `None` means the request succeeded.
 ERROR_KINDS = (
@@ -41,6 +41,10 @@ class RequestRecord:
     rate: float | None = None  # mode rate: the level's requests/s (concurrency is then 0)
     scheduled_at: float | None = None  # mode rate: when the schedule said to send (wall s)
     repeat: int = 0  # `run --repeat N`: which pass over the sweep (0-based)
+    turn: int = 1  # `--turns N`: the request's turn in its user's conversation (1-based)
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if reported
+    think_ms: float | None = None  # `--mode users`: the user's think time after this request
+    reply: str | None = field(default=None, repr=False)  # `--turns`: the answer (not stored)
 
     @property
     def ok(self) -> bool:

@@ -20,6 +20,7 @@ from harness.metrics import (
     LevelVerdict,
     Targets,
     capacity,
+    first_turns,
     point,
     prompt_warning,
     rate_capacity,
@@ -28,6 +29,7 @@ from harness.metrics import (
 from harness.records import RequestRecord
 from harness.search import SearchPlan, outcomes, plan
 from harness.store import Store
+from harness.users import PROFILE_DUTY, UsersEstimate, duty_cycle
 
 # Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
 FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
@@ -45,17 +47,23 @@ class CapacityCSVError(ValueError):
 
 def summarise(
     run: dict, stats: Sequence[LevelStats], records: Sequence[RequestRecord], targets: Targets,
-    search: SearchPlan | None = None,
+    search: SearchPlan | None = None, paired: tuple[str, int] | None = None,
 ) -> dict:
     """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
-    A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency."""
+    A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency.
+    A users run has `users`: its measured max users beside the factor estimate from the Max C
+    of `paired` (run id, Max C), the newest closed run of the same setup."""
     if run["mode"] == "rate":
         levels, found, warnings = _rate_levels(run, stats, targets)
     else:
         levels, found, warnings = _concurrency_levels(run, stats, targets, search)
         found.update(_repeats(levels, records, run["output_tokens"], targets))
+    if run["mode"] == "users":
+        found.update(_users(run, levels, records, targets, paired))
+    turns = turn_rows(records)
     if _calibrated(run):
-        warnings += [w for s in stats if (w := prompt_warning(s, run["input_tokens"]))]
+        sized = stats_by_level(first_turns(records), run["output_tokens"])  # new messages
+        warnings += [w for s in sized if (w := prompt_warning(s, run["input_tokens"]))]
     estimated = sum(1 for r in records if r.ok and r.output_tokens_estimated)
     if estimated:
         warnings.append(f"{estimated} request(s) reported no usage: output tokens are chunk "
@@ -71,8 +79,58 @@ def summarise(
         "input_tokens": run["input_tokens"], "measured_input_tokens": run["measured_input_tokens"],
         "output_tokens": run["output_tokens"],
         "targets": asdict(targets), **_judged(targets.statistic), "levels": levels,
-        **found, "warnings": warnings,
+        **found, "turns": turns if len(turns) > 1 else None, "warnings": warnings,
     }
+
+
+def _users(run: dict, levels: list[dict], records: Sequence[RequestRecord], targets: Targets,
+           paired: tuple[str, int] | None) -> dict:
+    """Max users (the highest passing user count) and the measured duty cycle per level,
+    beside the published factor estimate; Max C and its users do not apply to a users run."""
+    config = json.loads(run.get("config") or "{}")
+    profile = config.get("profile") or ""
+    by_level: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        by_level.setdefault(r.concurrency, []).append(r)
+    for row in levels:
+        row["duty_cycle"] = _round(duty_cycle(by_level.get(row["concurrency"], [])))
+    max_users = max((row["concurrency"] for row in levels if row["passes"]), default=0)
+    duty = next((row["duty_cycle"] for row in levels if row["concurrency"] == max_users), None)
+    factor = {"chat": targets.chat_factor, "agentic": targets.agentic_factor}.get(profile)
+    if factor is None and config.get("duty_cycle"):
+        factor = 1 / config["duty_cycle"]
+    estimate = UsersEstimate(max_users, duty, paired[1] if paired else None, factor or 0.0)
+    return {
+        "max_c": None, "chat_users": None, "agentic_users": None, "max_users": max_users,
+        "users": {
+            "profile": profile or None, "duty_cycle_target": config.get("duty_cycle")
+            or PROFILE_DUTY.get(profile), "think_s": config.get("think_s"),
+            "max_users": max_users, "duty_cycle": duty, "factor": factor,
+            "closed_run": paired[0] if paired else None, "max_c": estimate.max_c,
+            "estimated_users": estimate.estimated_users if factor else None,
+            "predicted_users": _round(estimate.predicted_users),
+            "measured_factor": _round(estimate.measured_factor),
+        },
+    }
+
+
+def turn_rows(records: Sequence[RequestRecord]) -> list[dict]:
+    """Per turn of the conversations (all levels): the context sent, what the server reported
+    cached, and TTFT; one row for a single-turn run."""
+    by_turn: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.ok and r.rate is None:
+            by_turn.setdefault(r.turn, []).append(r)
+
+    def mean(values: list[float]) -> float | None:
+        return _round(sum(values) / len(values)) if values else None
+
+    return [{"turn": turn, "requests": len(rs),
+             "mean_prompt_tokens": mean([r.input_tokens for r in rs if r.input_tokens is not None]),
+             "mean_cached_tokens": mean([r.cached_tokens for r in rs
+                                         if r.cached_tokens is not None]),
+             "mean_ttft_ms": mean([r.ttft_ms for r in rs if r.ttft_ms is not None])}
+            for turn, rs in sorted(by_turn.items())]
 
 
 def _level_row(s: LevelStats, verdict: LevelVerdict, fields: Sequence[str]) -> dict:
@@ -196,13 +254,17 @@ def print_summary(summary: dict, console: Console) -> None:
              f"table {summary['table_placement'] or '-'}")
     table = Table(title=title, title_justify="left")
     rate_run = summary["mode"] == "rate"
-    first = ("req/s", "lag p50", "lag p99") if rate_run else ("C",)
+    users_run = summary["mode"] == "users"
+    first = (("req/s", "lag p50", "lag p99") if rate_run
+             else ("users", "duty") if users_run else ("C",))
     for name in (*first, "req", "err", "short", "TTFT mean", "p50", "p90", "p99", "TPS mean",
                  "TPS p10", "in tok", "out tok", "tok/s all", "pass"):
         table.add_column(name, justify="right")
     for lv in summary["levels"]:
         load = ((f"{lv['rate']:g}", _fmt(lv["p50_send_lag_ms"], 2),
-                 _fmt(lv["p99_send_lag_ms"], 2)) if rate_run else (str(lv["concurrency"]),))
+                 _fmt(lv["p99_send_lag_ms"], 2)) if rate_run
+                else (str(lv["concurrency"]), _fmt(lv["duty_cycle"], 2)) if users_run
+                else (str(lv["concurrency"]),))
         table.add_row(
             *load, str(lv["requests"]), str(lv["errors"]),
             str(lv["short_outputs"]), _fmt(lv["mean_ttft_ms"]), _fmt(lv["p50_ttft_ms"]),
@@ -218,10 +280,51 @@ def print_summary(summary: dict, console: Console) -> None:
             f"Sustainable rate = [bold]{summary['max_rate']:g}[/] requests/s ({t['statistic']} "
             f"TPS >= {t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors); "
             f"{summary['users_note']}", highlight=False)
+    elif users_run:
+        _print_users(summary, console)
     else:
         _print_max_c(summary, console)
+    if summary.get("turns"):
+        _print_turns(summary["turns"], console)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+def _print_users(summary: dict, console: Console) -> None:
+    t, u = summary["targets"], summary["users"]
+    who = f"{u['profile']} users" if u["profile"] else "users"
+    duty = f", measured duty cycle {u['duty_cycle']:.2f}" if u["duty_cycle"] is not None else ""
+    console.print(
+        f"Max users = [bold]{u['max_users']}[/] {who} ({t['statistic']} TPS >= "
+        f"{t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors{duty})",
+        highlight=False)
+    if u["max_c"] is None:
+        console.print("estimate: no closed run of the same setup (device, engine, model, "
+                      "placement, tokens) in this file to take Max C from; run one with "
+                      "--mode closed to set the factor estimate beside this", highlight=False)
+    else:
+        estimate = (f"Max C {u['max_c']} x {u['factor']:g} = [bold]{u['estimated_users']}[/] "
+                    if u["estimated_users"] is not None else f"Max C {u['max_c']}")
+        predicted = (f"; Max C / measured duty cycle = {u['predicted_users']:.1f}"
+                     if u["predicted_users"] is not None else "")
+        factor = (f"; measured {u['measured_factor']:.2f} users per Max C"
+                  if u["measured_factor"] is not None else "")
+        console.print(f"estimate: {estimate} (run {u['closed_run']}){predicted}{factor}",
+                      highlight=False)
+    if summary.get("max_c_search"):
+        console.print(f"Max users found by --search: {summary['max_c_search']['how']}",
+                      highlight=False)
+
+
+def _print_turns(turns: list[dict], console: Console) -> None:
+    table = Table(title="per turn: the context grows, a prefix cache can reuse it",
+                  title_justify="left")
+    for name in ("turn", "req", "prompt tok", "cached tok", "TTFT mean"):
+        table.add_column(name, justify="right")
+    for row in turns:
+        table.add_row(str(row["turn"]), str(row["requests"]), _fmt(row["mean_prompt_tokens"]),
+                      _fmt(row["mean_cached_tokens"]), _fmt(row["mean_ttft_ms"]))
+    console.print(table)
 
 
 def _print_max_c(summary: dict, console: Console) -> None:

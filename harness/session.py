@@ -25,6 +25,7 @@ from harness.endpoint import Endpoint
 from harness.metrics import (
     LevelStats,
     Targets,
+    first_turns,
     level_stats,
     mean_prompt_tokens,
     prompt_warning,
@@ -117,6 +118,8 @@ async def execute(
     prompts = prompts or load(config.prompts, config.seed)
     info = await target.describe(endpoint, config.model or None)
     config = replace(config, model=info.model, engine=config.engine or info.engine)
+    pool = await target.kv_pool_tokens(endpoint) if config.server_metrics else None
+    config.check_server_limits(info.max_model_len, pool)
     clock = Clock()
     server = server_table(await target.fetch_stats(endpoint))
     if server:
@@ -175,7 +178,9 @@ async def execute(
             progress.end_level(stats)
             for note in notes:
                 progress.message(note)
-            if prompts.calibrated and (warning := prompt_warning(stats, config.input_tokens)):
+            sized = stats if config.turns == 1 else level_stats(
+                c, first_turns(outcome.records), config.output_tokens, rate)
+            if prompts.calibrated and (warning := prompt_warning(sized, config.input_tokens)):
                 progress.message(f"warning: {warning}")
             if rate is not None:
                 progress.message(_describe_lag(stats))
@@ -196,7 +201,10 @@ async def execute(
 
         async def measure_missing(c: int) -> None:
             for repeat in range(config.repeat):
-                todo = [r for r in range(config.rounds) if (c, repeat, r) not in done]
+                todo = _todo(config, [r for r in range(config.rounds)
+                                      if (c, repeat, r) not in done])
+                store.delete_rounds(run_id, c, repeat, [r for r in todo
+                                                        if (c, repeat, r) in done])
                 if todo:
                     await measure(c, repeat, todo)
 
@@ -243,8 +251,27 @@ async def _search(config: RunConfig, store: Store, run_id: str, targets: Targets
         await measure_missing(plan.next_probe)
 
 
+def _todo(config: RunConfig, missing: list[int]) -> list[int]:
+    """Rounds to run: the missing ones, widened under --turns N to whole conversations (a turn
+    resends the answers before it, which are not stored)."""
+    if config.turns == 1:
+        return missing
+    starts = sorted({r - r % config.turns for r in missing})
+    return [r for s in starts for r in range(s, min(s + config.turns, config.rounds))]
+
+
 def _describe_load(config: RunConfig) -> str:
     """The load points of a run, for its first progress line."""
+    turns = f", conversations of {config.turns} turns" if config.turns > 1 else ""
+    if config.mode == "users":
+        assert config.think is not None
+        profile = f"{config.profile} " if config.profile else ""
+        return (f"users mode, {profile}users at {config.think.describe()}, users "
+                f"{list(config.levels)}, {config.rounds} requests each{turns}")
+    return _describe_sweep(config) + turns
+
+
+def _describe_sweep(config: RunConfig) -> str:
     if config.mode == "rate":
         rates = ", ".join(f"{r:g}" for r in config.rates)
         return (f"rate mode, {config.arrival} arrivals at {rates} requests/s, "

@@ -67,7 +67,10 @@ CREATE TABLE IF NOT EXISTS requests (
     retried VARCHAR,  -- error kind of a first try that was silently re-sent, else NULL
     rate DOUBLE,  -- mode rate: the level's requests/s (concurrency 0); NULL in other modes
     scheduled_at TIMESTAMP,  -- mode rate: when the open-loop schedule said to send
-    repeat INTEGER  -- `run --repeat N`: the pass over the sweep, 0-based; NULL (older runs) = 0
+    repeat INTEGER,  -- `run --repeat N`: the pass over the sweep, 0-based; NULL (older runs) = 0
+    turn INTEGER,  -- `--turns N`: turn of the user's conversation, 1-based; NULL (older) = 1
+    cached_tokens INTEGER,  -- usage.prompt_tokens_details.cached_tokens; NULL: not reported
+    think_ms DOUBLE  -- `--mode users`: think time after this request; NULL: none followed
 );
 CREATE TABLE IF NOT EXISTS server_stats (
     run_id VARCHAR,
@@ -129,16 +132,40 @@ SELECT
     quantile_cont(epoch_us(q.sent_at) - epoch_us(q.scheduled_at), 0.5) / 1000.0
         AS p50_send_lag_ms,
     quantile_cont(epoch_us(q.sent_at) - epoch_us(q.scheduled_at), 0.99) / 1000.0
-        AS p99_send_lag_ms
+        AS p99_send_lag_ms,
+    avg(q.cached_tokens) FILTER (WHERE q.ok) AS mean_cached_tokens,
+    -- users mode: the share of each user's time with a request running (busy / busy + think)
+    -- over the requests a think followed (harness.users.duty_cycle)
+    CASE WHEN count(q.think_ms) > 0
+         THEN sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
+              / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL) + sum(q.think_ms)) END
+        AS duty_cycle
 FROM q JOIN runs USING (run_id)
 LEFT JOIN probes p ON p.run_id = q.run_id AND p.concurrency = q.concurrency AND q.rate IS NULL
 GROUP BY q.run_id, q.concurrency, q.rate;
+-- multi-turn runs: per level and turn, the context each turn sent and what the server reused
+CREATE OR REPLACE VIEW turns AS
+SELECT
+    run_id,
+    concurrency,
+    coalesce(turn, 1) AS turn,
+    count(*) AS requests,
+    count(*) FILTER (WHERE NOT ok) AS errors,
+    avg(input_tokens) FILTER (WHERE ok) AS mean_prompt_tokens,
+    avg(cached_tokens) FILTER (WHERE ok) AS mean_cached_tokens,
+    avg(ttft_ms) FILTER (WHERE ok) AS mean_ttft_ms,
+    avg(CASE WHEN ok AND latency_ms > 0 THEN output_tokens / (latency_ms / 1000.0) END)
+        AS mean_tps
+FROM requests
+WHERE rate IS NULL
+GROUP BY run_id, concurrency, coalesce(turn, 1);
 """
 
 _REQUEST_COLUMNS = (
     "run_id, concurrency, round, worker, request_id, sent_at, ttft_ms, latency_ms, "
     "output_tokens, output_tokens_estimated, input_tokens, chunks, max_gap_ms, finish_reason, "
-    "ok, error_kind, error_message, http_status, retried, rate, scheduled_at, repeat"
+    "ok, error_kind, error_message, http_status, retried, rate, scheduled_at, repeat, turn, "
+    "cached_tokens, think_ms"
 )
 
 # Databases written by older versions: brought up to the schema above when first opened.
@@ -148,13 +175,18 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("levels", "probe", "BOOLEAN"), ("requests", "rate", "DOUBLE"),
             ("requests", "scheduled_at", "TIMESTAMP"), ("server_stats", "rate", "DOUBLE"),
             ("server_metrics", "rate", "DOUBLE"), ("levels", "rate", "DOUBLE"),
-            ("requests", "repeat", "INTEGER")}
+            ("requests", "repeat", "INTEGER"), ("requests", "think_ms", "DOUBLE"),
+            ("requests", "turn", "INTEGER"), ("requests", "cached_tokens", "INTEGER"),
+            ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS scheduled_at TIMESTAMP;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS repeat INTEGER;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS turn INTEGER;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS cached_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS think_ms DOUBLE;
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS rate DOUBLE;
 """
@@ -281,7 +313,7 @@ class Store:
              r.latency_ms, r.output_tokens, r.output_tokens_estimated, r.input_tokens, r.chunks,
              r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status,
              r.retried, r.rate, None if r.scheduled_at is None else _utc(r.scheduled_at),
-             r.repeat)
+             r.repeat, r.turn, r.cached_tokens, r.think_ms)
             for r in records
         ]
         if not rows:
@@ -358,6 +390,7 @@ class Store:
             row.pop("run_id")
             row.pop("ok")
             row["repeat"] = row["repeat"] or 0
+            row["turn"] = row["turn"] or 1
             row["sent_at"] = row.pop("sent_us") / 1e6
             scheduled = row.pop("scheduled_us")
             row["scheduled_at"] = None if scheduled is None else scheduled / 1e6
@@ -392,6 +425,23 @@ class Store:
         return self._query(
             "SELECT * FROM levels WHERE run_id = ? ORDER BY concurrency, rate", [run_id]
         )
+
+    def turns(self, run_id: str) -> list[dict]:
+        """Per level and turn of a multi-turn run: prompt and cached tokens, TTFT, TPS."""
+        return self._query("SELECT * FROM turns WHERE run_id = ? ORDER BY concurrency, turn",
+                           [run_id])
+
+    def delete_rounds(self, run_id: str, concurrency: int, repeat: int,
+                      rounds: Sequence[int]) -> None:
+        """Forget stored rounds of a level (a resumed multi-turn run runs a conversation
+        it had begun again from its first turn, since the replies it built on are gone)."""
+        if not rounds:
+            return
+        marks = ", ".join("?" for _ in rounds)
+        with self._connect() as con:
+            con.execute(f"DELETE FROM requests WHERE run_id = ? AND concurrency = ? AND rate IS "
+                        f"NULL AND coalesce(repeat, 0) = ? AND round IN ({marks})",
+                        [run_id, concurrency, repeat, *rounds])
 
     def server_stats(self, run_id: str) -> list[dict]:
         rows = self._query(

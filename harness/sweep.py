@@ -5,7 +5,13 @@ worker. `burst`: C requests start together, all finish, then the next round. A r
 to `commit` as soon as its C records exist, so a killed process loses at most that round.
 `rate`: requests go out at the offsets of `harness.arrivals.schedule`, never waiting for
 earlier ones; the level (concurrency 0, round 0, worker = request index) is committed whole
-once its last request ends, so a resume runs a rate level again or not at all.
+once its last request ends, so a resume runs a rate level again or not at all. `users`: U
+simulated users (the level), each like a closed worker that thinks between its requests
+(harness.users); a user's first request waits a think too, so users arrive spread out.
+
+`--turns N` makes each worker (or user) a conversation of N turns: round r is turn r % N + 1,
+and each turn resends the conversation so far (its messages and the answers they got) with a
+new message, so the context grows and a server's prefix cache can reuse it.
 
 Every request has an ordinal, distinct within the run and the same on resume, from which the
 prompt source builds a distinct prompt: the sweep's requests 0.., then warmup; calibration
@@ -17,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,9 +36,11 @@ from harness.config import RunConfig
 from harness.endpoint import Endpoint
 from harness.prompts import Prompts
 from harness.records import RequestRecord
-from harness.workload import payload
+from harness.users import ThinkModel, think_rng
+from harness.workload import Turn, payload
 
 Commit = Callable[[list[RequestRecord]], None]
+FILLER_ORDINAL = -100_000  # users mode: unstored requests (lead-in, keeping the load on)
 OnRecord = Callable[[RequestRecord], None]
 
 
@@ -90,15 +100,18 @@ class Sweep:
             total += len(self.schedule(rate))
         self._warmup_ordinal = total
         self._extra_base = total + config.warmup  # levels the Max C search adds start here
+        self._typical_latency_s = 0.0  # the last level's mean request: users' first think
 
     def _request(self, c: int, rnd: int, worker: int, ordinal: int,
-                 tag: str = "", repeat: int = 0) -> tuple[bytes, RequestRecord]:
+                 tag: str = "", repeat: int = 0,
+                 history: list[Turn] | None = None) -> tuple[bytes, RequestRecord]:
         passes = f"-p{repeat}" if self.config.repeat > 1 else ""  # single runs keep old ids
         request_id = f"{self.run_id}{tag}-c{c}{passes}-r{rnd}-w{worker}"
         cfg = self.config
         body = payload(cfg.api, cfg.model, self.prompts.text(request_id, ordinal),
-                       cfg.output_tokens, cfg.temperature)
-        record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0, repeat=repeat)
+                       cfg.output_tokens, cfg.temperature, history=history or ())
+        record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0, repeat=repeat,
+                               turn=rnd % cfg.turns + 1)
         return build_request(self.endpoint, body, request_id), record
 
     def schedule(self, rate: float) -> list[float]:
@@ -122,12 +135,27 @@ class Sweep:
         return self._warmup_ordinal + i
 
     async def _one(self, c: int, rnd: int, worker: int, ordinal: int | None = None,
-                   tag: str = "", repeat: int = 0) -> RequestRecord:
+                   tag: str = "", repeat: int = 0,
+                   history: list[Turn] | None = None) -> RequestRecord:
+        """One request; with `history` (a conversation, turns > 1) the turn's message and its
+        answer are appended to it, and a conversation starts afresh at turn 1."""
         if ordinal is None:
             ordinal = self.ordinal(c, rnd, worker, repeat)
-        request, record = self._request(c, rnd, worker, ordinal, tag, repeat)
-        return await stream_completion(self.pool, request, record, self.clock,
-                                       self.config.request_timeout_s, self.config.stall_timeout_s)
+        if history is not None and rnd % self.config.turns == 0:
+            history.clear()
+        request, record = self._request(c, rnd, worker, ordinal, tag, repeat, history)
+        record = await stream_completion(self.pool, request, record, self.clock,
+                                         self.config.request_timeout_s,
+                                         self.config.stall_timeout_s,
+                                         keep_text=history is not None)
+        if history is not None:
+            said = self.prompts.text(record.request_id, ordinal)
+            history.append((said, record.reply or ""))
+        return record
+
+    def _conversation(self) -> list[Turn] | None:
+        """A worker's conversation state: a list to grow under --turns N > 1, else None."""
+        return [] if self.config.turns > 1 else None
 
     def _rate_request(self, rate: float, k: int) -> tuple[bytes, RequestRecord]:
         request, record = self._request(0, 0, k, self._rate_first[rate] + k, f"-q{rate:g}")
@@ -176,31 +204,80 @@ class Sweep:
             records = await self._burst(c, rounds, commit, on_record, repeat)
         else:
             records = await self._closed(c, rounds, commit, on_record, repeat)
+        latencies = [r.latency_ms for r in records if r.latency_ms]
+        if latencies:
+            self._typical_latency_s = sum(latencies) / len(latencies) / 1000
         return LevelOutcome(c, records, time.process_time() - cpu0)
 
     async def _closed(self, c: int, rounds: Sequence[int], commit: Commit,
                       on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
+        """Closed workers. In mode users each thinks after every request (stored with it).
+        Users start spread over one cycle of the last level's mean request and send one
+        unstored request and its think before their rounds, so the first stored requests do
+        not meet a synchronised burst; a user done with its rounds keeps sending unstored
+        requests until every user is done, so each stored request meets the load of all U
+        users, not a level emptying at its end."""
         pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
         done: list[RequestRecord] = []
+        think = self.config.think
+        finished = 0
+        all_done = asyncio.Event()
 
         async def worker(w: int) -> None:
+            nonlocal finished
+            history = self._conversation()
+            rng = think_rng(self.config.seed, c, w, repeat)
+            if think is not None:  # arrive spread out, then one unstored cycle to settle
+                cycle = self._typical_latency_s + think.mean_s(self._typical_latency_s)
+                await asyncio.sleep(rng.uniform(0, cycle))
+                lead = await self._one(c, 0, w, ordinal=FILLER_ORDINAL + 1 + w, tag="-lead")
+                await asyncio.sleep(think.draw(rng, (lead.latency_ms or 0.0) / 1000))
+            last_s = 0.0
             for rnd in rounds:
-                record = await self._one(c, rnd, w, repeat=repeat)
+                record = await self._one(c, rnd, w, repeat=repeat, history=history)
+                last_s = (record.latency_ms or 0.0) / 1000
+                pause = None
+                if think is not None:
+                    pause = think.draw(rng, last_s)
+                    record.think_ms = pause * 1000
                 on_record(record)
                 bucket = pending[rnd]
                 bucket.append(record)
                 if len(bucket) == c:
                     commit(sorted(pending.pop(rnd), key=lambda r: r.worker))
                     done.extend(bucket)
+                if pause and rnd != rounds[-1]:
+                    await asyncio.sleep(pause)
+            if think is None:
+                return
+            finished += 1
+            if finished == c:
+                all_done.set()
+                return
+            load = asyncio.create_task(self._keep_load(c, w, rng, think, pause or 0.0))
+            await all_done.wait()
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
 
         await asyncio.gather(*(worker(w) for w in range(c)))
         return done
 
+    async def _keep_load(self, c: int, w: int, rng: random.Random, think: ThinkModel,
+                         pause: float) -> None:
+        """A user past its rounds: think, send an unstored request, again (cancelled when
+        the level's last stored request ends). Its prompts take ordinals below calibration's."""
+        for k in itertools.count():
+            await asyncio.sleep(pause)
+            record = await self._one(c, k, w, ordinal=FILLER_ORDINAL - k * c - w, tag="-load")
+            pause = think.draw(rng, (record.latency_ms or 0.0) / 1000)
+
     async def _burst(self, c: int, rounds: Sequence[int], commit: Commit,
                      on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
         done: list[RequestRecord] = []
+        histories = [self._conversation() for _ in range(c)]
         for rnd in rounds:
-            records = await asyncio.gather(*(self._one(c, rnd, w, repeat=repeat)
+            records = await asyncio.gather(*(self._one(c, rnd, w, repeat=repeat,
+                                                       history=histories[w])
                                              for w in range(c)))
             for record in records:
                 on_record(record)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from harness.client import Response, WireError, get
 from harness.endpoint import Endpoint
 
@@ -23,6 +25,7 @@ class TargetError(RuntimeError):
 class TargetInfo:
     model: str
     engine: str
+    max_model_len: int | None = None  # the model's context, where /v1/models tells (vLLM)
 
 
 async def describe(endpoint: Endpoint, model: str | None, timeout_s: float = 10.0) -> TargetInfo:
@@ -56,11 +59,32 @@ async def describe(endpoint: Endpoint, model: str | None, timeout_s: float = 10.
         raise TargetError(
             f"model {model!r} is not served by {endpoint.base_url}; it serves: {', '.join(served)}"
         )
-    owner = next((str(m.get("owned_by", "")) for m in entries if m["id"] == model), "")
-    engine = owner.lower()
+    entry = next(m for m in entries if m["id"] == model)
+    engine = str(entry.get("owned_by", "")).lower()
     if engine not in _KNOWN_ENGINES:
         engine = _engine_from_headers(resp)
-    return TargetInfo(model, engine)
+    context = entry.get("max_model_len")
+    return TargetInfo(model, engine,
+                      context if type(context) is int and context > 0 else None)
+
+
+async def kv_pool_tokens(endpoint: Endpoint, timeout_s: float = 5.0) -> int | None:
+    """Tokens the server's KV pool holds, from vLLM's info gauge `vllm:cache_config_info`
+    (labels num_gpu_blocks x block_size; the bundled server exposes the same), or None."""
+    try:
+        resp = await get(endpoint, endpoint.root_path + "/metrics", timeout_s)
+        if resp.status != 200:
+            return None
+        families = text_string_to_metric_families(resp.body.decode("utf-8", "replace"))
+        for family in families:
+            for sample in family.samples:
+                if sample.name == "vllm:cache_config_info":
+                    blocks = int(sample.labels.get("num_gpu_blocks") or 0)
+                    size = int(sample.labels.get("block_size") or 0)
+                    return blocks * size or None
+    except (WireError, ValueError, IndexError, KeyError, TypeError):
+        return None
+    return None
 
 
 async def fetch_stats(endpoint: Endpoint, timeout_s: float = 5.0) -> dict | None:

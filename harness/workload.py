@@ -6,10 +6,13 @@ Calibration asks the target itself: it sends a few max_tokens=1 requests and rea
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 TOLERANCE = 0.05
+
+
+Turn = tuple[str, str]  # a user's message and the answer it got
 
 
 def payload(
@@ -19,14 +22,20 @@ def payload(
     max_tokens: int,
     temperature: float,
     force_length: bool = True,
+    history: Sequence[Turn] = (),
 ) -> dict:
-    """The request body; `force_length` asks servers to ignore EOS so outputs reach max_tokens."""
+    """The request body; `force_length` asks servers to ignore EOS so outputs reach max_tokens.
+    `history`: the conversation so far, resent before the new message (chat: as messages;
+    completions: as one text, turns apart by blank lines), so it is a prefix of this prompt."""
     body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
                   "stream": True, "stream_options": {"include_usage": True}}
     if api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = [
+            *({"role": role, "content": text} for said, answer in history
+              for role, text in (("user", said), ("assistant", answer))),
+            {"role": "user", "content": prompt}]
     else:
-        body["prompt"] = prompt
+        body["prompt"] = "".join(f"{said}\n\n{answer}\n\n" for said, answer in history) + prompt
     if force_length:
         body["ignore_eos"] = True
         body["min_tokens"] = max_tokens

@@ -1,0 +1,109 @@
+"""Simulated users (`--mode users`): the think times that give a profile its duty cycle, and
+measured users set beside the published factor estimates. Pure: no I/O.
+
+A user loops: send a request, wait for it to end, think, send the next. Its duty cycle is the
+share of its time with a request running, so a think time of (1 - d) / d times the user's own
+last request gives duty cycle d whatever the server's speed: chat (d = 0.25) thinks ~3x its
+last request, agentic (d ~ 0.67) ~0.5x. Think times are exponential around that mean, drawn
+from a generator seeded by (seed, level, user, repeat), so a rerun draws the same factors.
+
+The published explorer estimates users as Max C x 4 (chat) and x 1.5 (agentic), i.e. Max C
+divided by the duty cycle; `compare` sets the measured highest passing user count beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from harness.records import RequestRecord
+
+PROFILE_DUTY = {"chat": 0.25, "agentic": 2 / 3}  # published: x4 and x1.5 users per Max C
+PROFILES = tuple(PROFILE_DUTY)
+
+
+@dataclass(slots=True, frozen=True)
+class ThinkModel:
+    """Mean think time after a request: from a duty cycle, or a fixed number of seconds."""
+
+    duty_cycle: float | None = None
+    fixed_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.duty_cycle is None) == (self.fixed_s is None):
+            raise ValueError("a think model needs exactly one of a duty cycle or a think time")
+        if self.duty_cycle is not None and not 0 < self.duty_cycle <= 1:
+            raise ValueError(f"a duty cycle must be in (0, 1], not {self.duty_cycle}")
+        if self.fixed_s is not None and not 0 <= self.fixed_s < math.inf:
+            raise ValueError(f"a think time must be 0 or more seconds, not {self.fixed_s}")
+
+    def mean_s(self, last_latency_s: float) -> float:
+        if self.fixed_s is not None:
+            return self.fixed_s
+        assert self.duty_cycle is not None
+        return last_latency_s * (1 - self.duty_cycle) / self.duty_cycle
+
+    def draw(self, rng: random.Random, last_latency_s: float) -> float:
+        """One think time in seconds: exponential around the mean (0 when the mean is 0)."""
+        mean = self.mean_s(last_latency_s)
+        return rng.expovariate(1 / mean) if mean > 0 else 0.0
+
+    def describe(self) -> str:
+        if self.fixed_s is not None:
+            return f"think {self.fixed_s:g} s on average"
+        ratio = (1 - self.duty_cycle) / self.duty_cycle  # type: ignore[operator]
+        return f"duty cycle {self.duty_cycle:.2f} (think ~{ratio:.2g}x the last request)"
+
+
+def think_rng(seed: int, users: int, user: int, repeat: int = 0) -> random.Random:
+    """The think-time generator of one user at one level (string seeds hash stably)."""
+    return random.Random(f"think-{seed}-{users}-{user}-{repeat}")
+
+
+def duty_cycle(records: Iterable[RequestRecord]) -> float | None:
+    """Measured share of the users' time with a request running: over every request a think
+    followed (a user's last request of a level has none), busy / (busy + think)."""
+    busy = think = 0.0
+    for r in records:
+        if r.think_ms is not None and r.latency_ms is not None:
+            busy += r.latency_ms
+            think += r.think_ms
+    return busy / (busy + think) if busy + think > 0 else None
+
+
+@dataclass(slots=True, frozen=True)
+class UsersEstimate:
+    """Measured max users beside the factor estimate from a closed sweep's Max C."""
+
+    max_users: int
+    duty_cycle: float | None  # measured at the max-users level (None: not measured)
+    max_c: int | None  # of the paired closed run (None: none to compare with)
+    factor: float  # the published factor of the profile (4 chat, 1.5 agentic)
+
+    @property
+    def estimated_users(self) -> int | None:
+        return None if self.max_c is None else math.floor(self.max_c * self.factor + 1e-9)
+
+    @property
+    def predicted_users(self) -> float | None:
+        """Max C over the measured duty cycle: what the duty cycle alone predicts."""
+        if self.max_c is None or not self.duty_cycle:
+            return None
+        return self.max_c / self.duty_cycle
+
+    @property
+    def measured_factor(self) -> float | None:
+        """Measured users per Max C: the factor this hardware really gives."""
+        return None if not self.max_c else self.max_users / self.max_c
+
+
+def paired_closed_run(runs: Sequence[dict], users_run: dict) -> dict | None:
+    """The newest complete closed or burst run of the same setup (device, engine, model,
+    placement, prompt and output tokens) as a users run: where its Max C comes from."""
+    keys = ("device", "engine", "model", "table_placement", "input_tokens", "output_tokens")
+    matches = [r for r in runs
+               if r.get("mode") in ("closed", "burst") and r.get("status") == "complete"
+               and all(r.get(k) == users_run.get(k) for k in keys)]
+    return max(matches, key=lambda r: (r["started_at"], r["run_id"]), default=None)
