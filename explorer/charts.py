@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -9,10 +11,20 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
            "#17becf"]
 
 
-def _log2_axis(fig: go.Figure, values: pd.Series) -> None:
+CONCURRENCY, USERS = "concurrency C", "users U"
+
+
+def level_title(run_ids: Collection[str], users: Collection[str]) -> str:
+    """The level axis of these runs: concurrency C, users U (every run a users run) or both."""
+    chosen = set(run_ids)
+    if chosen and chosen <= set(users):
+        return USERS
+    return f"{CONCURRENCY} / {USERS}" if chosen & set(users) else CONCURRENCY
+
+
+def _log2_axis(fig: go.Figure, values: pd.Series, title: str = CONCURRENCY) -> None:
     ticks = sorted({int(v) for v in values.dropna()})
-    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks],
-                     title="concurrency C")
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], title=title)
 
 
 PROBE_NAME = "probe level (run --search)"
@@ -26,7 +38,8 @@ def _rgba(color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def _band(fig: go.Figure, band: pd.DataFrame, color: str, name: str, group: str) -> None:
+def _band(fig: go.Figure, band: pd.DataFrame, color: str, name: str, group: str,
+          letter: str = "C") -> None:
     """A shaded band between `low` and `high` per C: an invisible lower edge, then the upper
     edge filled down to it; the legend and hover say what the band is."""
     band = band.sort_values("concurrency")
@@ -40,17 +53,18 @@ def _band(fig: go.Figure, band: pd.DataFrame, color: str, name: str, group: str)
         fillcolor=_rgba(color, 0.18), line={"width": 0, "color": color},
         name=f"{name}: {kind}", legendgroup=group,
         customdata=list(zip(band["low"], band["high"], methods, strict=True)),
-        hovertemplate="C=%{x}<br>%{customdata[2]}: %{customdata[0]:.1f} to "
+        hovertemplate=letter + "=%{x}<br>%{customdata[2]}: %{customdata[0]:.1f} to "
                       "%{customdata[1]:.1f}<extra>%{fullData.name}</extra>"))
 
 
 def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
                 passing: set[tuple[str, int]], y_title: str, labels: dict[str, str],
-                bands: pd.DataFrame | None = None) -> go.Figure:
+                bands: pd.DataFrame | None = None, users: Collection[str] = ()) -> go.Figure:
     """One line per run; filled markers where the level meets every target, hollow where not;
     diamonds for the levels `run --search` probed, so the search's work shows. `bands`
     (run_id, concurrency, low, high, method: "bootstrap" or "range"), where a run has repeats,
-    shades its 95% interval or its range over repeats around the line."""
+    shades its 95% interval or its range over repeats around the line. `users`: the runs whose
+    levels are user counts U (`--mode users`), named so in the legend, hover and axis."""
     fig = go.Figure()
     probes = levels["probe"].eq(True) if "probe" in levels else pd.Series(False, levels.index)
     by_run = ({r: f for r, f in bands.groupby("run_id", sort=False)}
@@ -61,11 +75,12 @@ def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
         probe = probes[frame.index].tolist()
         color = PALETTE[i % len(PALETTE)]
         published = "source" in frame and (frame["source"] == "published").all()
+        letter = "U" if run_id in users else "C"
         if run_id in by_run:
-            _band(fig, by_run[run_id], color, str(run_id), str(run_id))
+            _band(fig, by_run[run_id], color, str(run_id), str(run_id), letter)
         fig.add_trace(go.Scatter(
             x=frame["concurrency"], y=frame[y], mode="lines+markers",
-            name=labels.get(run_id, run_id),
+            name=labels.get(run_id, run_id) + (" (users)" if run_id in users else ""),
             line={"color": color, "dash": "dot" if published else "solid"},
             marker={"size": [14 if p else 11 for p in probe], "color": color,
                     "line": {"color": color, "width": 2},
@@ -73,15 +88,15 @@ def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
                                for p, k in zip(probe, ok, strict=True)]},
             customdata=[["passes" if k else "fails", " · probe" if p else ""]
                         for p, k in zip(probe, ok, strict=True)],
-            hovertemplate="C=%{x}<br>%{y:.1f}<br>%{customdata[0]}%{customdata[1]}"
-                          "<extra>%{fullData.name}</extra>",
+            hovertemplate=letter + "=%{x}<br>%{y:.1f}<br>%{customdata[0]}%{customdata[1]}"
+                                   "<extra>%{fullData.name}</extra>",
         ))
     if probes.any():  # a legend key for the diamonds
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=PROBE_NAME,
                                  marker={"symbol": "diamond", "size": 12, "color": "grey"}))
     fig.add_hline(y=target, line={"color": "grey", "dash": "dash"},
                   annotation_text=target_label, annotation_position="top left")
-    _log2_axis(fig, levels["concurrency"])
+    _log2_axis(fig, levels["concurrency"], level_title(levels["run_id"].unique(), users))
     fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
                       margin={"t": 30, "b": 10}, height=420)
     return fig
@@ -127,29 +142,35 @@ def server_metric_vs_c(figures: pd.DataFrame, column: str, y_title: str,
     return fig
 
 
-def distribution(stats: pd.DataFrame, y_title: str, by_rate: bool = False) -> go.Figure:
+def distribution(stats: pd.DataFrame, y_title: str, by_rate: bool = False,
+                 users: bool = False) -> go.Figure:
     """Per-level box plots from quantiles computed in SQL (min, q1, median, q3, max); levels
-    are the `rate` column (req/s) instead of `concurrency` for a rate run."""
+    are the `rate` column (req/s) instead of `concurrency` for a rate run, user counts U for
+    a users run."""
     fig = go.Figure()
+    letter = "U" if users else "C"
     for row in stats.itertuples():
         level = f"{row.rate:g}" if by_rate else str(row.concurrency)
         fig.add_trace(go.Box(
             x=[level], q1=[row.q1], median=[row.med], q3=[row.q3],
             lowerfence=[row.lo], upperfence=[row.hi], mean=[row.mean],
-            name=f"R={level} req/s" if by_rate else f"C={level}", showlegend=False,
+            name=f"R={level} req/s" if by_rate else f"{letter}={level}", showlegend=False,
             boxpoints=False,
         ))
-    fig.update_layout(xaxis_title="request rate (req/s)" if by_rate else "concurrency C",
+    fig.update_layout(xaxis_title="request rate (req/s)" if by_rate else
+                      USERS if users else CONCURRENCY,
                       yaxis_title=y_title, height=360, margin={"t": 20, "b": 10},
                       xaxis_type="category")
     return fig
 
 
-def first_vs_rest(frame: pd.DataFrame, y: str, y_title: str) -> go.Figure:
+def first_vs_rest(frame: pd.DataFrame, y: str, y_title: str, users: bool = False
+                  ) -> go.Figure:
     fig = go.Figure()
     for name, part in frame.groupby("rounds"):
         fig.add_trace(go.Bar(x=part["concurrency"].astype(str), y=part[y], name=str(name)))
-    fig.update_layout(barmode="group", xaxis_title="concurrency C", yaxis_title=y_title,
+    fig.update_layout(barmode="group", xaxis_title=USERS if users else CONCURRENCY,
+                      yaxis_title=y_title,
                       height=320, margin={"t": 20, "b": 10}, xaxis_type="category")
     return fig
 
@@ -174,9 +195,10 @@ def step_breakdown(parts: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def percent_difference(levels: pd.DataFrame, baseline: str, labels: dict[str, str]
-                       ) -> tuple[go.Figure, pd.DataFrame]:
-    """Per-C difference of each run against the baseline run, in percent (TPS and TTFT)."""
+def percent_difference(levels: pd.DataFrame, baseline: str, labels: dict[str, str],
+                       users: Collection[str] = ()) -> tuple[go.Figure, pd.DataFrame]:
+    """Per-C difference of each run against the baseline run, in percent (TPS and TTFT);
+    `users`: the runs whose levels are user counts U."""
     base = levels[levels["run_id"] == baseline].set_index("concurrency")
     rows = []
     for run_id, frame in levels[levels["run_id"] != baseline].groupby("run_id", sort=False):
@@ -200,7 +222,8 @@ def percent_difference(levels: pd.DataFrame, baseline: str, labels: dict[str, st
         fig.add_trace(go.Bar(x=frame["concurrency"].astype(str), y=frame["ttft_diff_pct"],
                              name=f"TTFT: {name}", marker_color=color, opacity=0.45))
     fig.add_hline(y=0, line={"color": "black", "width": 1})
-    fig.update_layout(barmode="group", xaxis_title="concurrency C", xaxis_type="category",
+    fig.update_layout(barmode="group", xaxis_type="category",
+                      xaxis_title=level_title(levels["run_id"].unique(), users),
                       yaxis_title="difference vs baseline (%)",
                       height=380, legend={"orientation": "h", "y": -0.3},
                       margin={"t": 20, "b": 10})
@@ -269,4 +292,62 @@ def metric_vs_rate(levels: pd.DataFrame, y: str, target: float, target_label: st
                      title="request rate (req/s)", rangemode="tozero")
     fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
                       margin={"t": 30, "b": 10}, height=420)
+    return fig
+
+
+def duty_cycle_vs_users(levels: pd.DataFrame, target: float | None, labels: dict[str, str]
+                        ) -> go.Figure:
+    """A users run's measured duty cycle (the share of the users' time with a request
+    running) against U, one line per run, with the profile's target duty cycle dashed."""
+    fig = go.Figure()
+    for i, (run_id, frame) in enumerate(levels.groupby("run_id", sort=False)):
+        frame = frame.sort_values("concurrency")
+        fig.add_trace(go.Scatter(
+            x=frame["concurrency"], y=frame["duty_cycle"], mode="lines+markers",
+            name=labels.get(run_id, run_id), line={"color": PALETTE[i % len(PALETTE)]},
+            hovertemplate="U=%{x}<br>duty cycle %{y:.2f}<extra>%{fullData.name}</extra>"))
+    if target is not None:
+        fig.add_hline(y=target, line={"color": "grey", "dash": "dash"},
+                      annotation_text=f"target duty cycle {target:.2f}",
+                      annotation_position="top left")
+    _log2_axis(fig, levels["concurrency"], USERS)
+    fig.update_layout(yaxis_title="duty cycle (measured)", yaxis_rangemode="tozero",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 30, "b": 10},
+                      height=360)
+    return fig
+
+
+def ttft_vs_context(turns: pd.DataFrame, users: bool = False) -> go.Figure:
+    """A multi-turn run's mean TTFT against the context each turn sent (mean prompt tokens),
+    one line per level with a marker per turn; the cached prompt tokens the server reported
+    are a dotted line of the same colour on the right axis."""
+    fig = go.Figure()
+    letter = "U" if users else "C"
+    for i, (level, frame) in enumerate(turns.groupby("concurrency", sort=True)):
+        frame = frame.sort_values("turn")
+        color = PALETTE[i % len(PALETTE)]
+        name = f"{letter}={int(level)}"
+        cached = frame["mean_cached_tokens"]
+        fig.add_trace(go.Scatter(
+            x=frame["mean_prompt_tokens"], y=frame["mean_ttft_ms"], mode="lines+markers",
+            name=f"{name}: TTFT", legendgroup=name, line={"color": color},
+            customdata=[[int(t), "-" if pd.isna(c) else f"{c:,.0f}"]
+                        for t, c in zip(frame["turn"], cached, strict=True)],
+            hovertemplate="turn %{customdata[0]}<br>context %{x:,.0f} tokens"
+                          "<br>TTFT %{y:.1f} ms<br>cached %{customdata[1]} tokens"
+                          "<extra>%{fullData.name}</extra>"))
+        if cached.notna().any():
+            fig.add_trace(go.Scatter(
+                x=frame["mean_prompt_tokens"], y=cached, mode="lines+markers", yaxis="y2",
+                name=f"{name}: cached tokens", legendgroup=name,
+                line={"color": color, "dash": "dot"}, marker={"symbol": "square-open"},
+                customdata=frame["turn"],
+                hovertemplate="turn %{customdata}<br>context %{x:,.0f} tokens<br>cached "
+                              "%{y:,.0f} tokens<extra>%{fullData.name}</extra>"))
+    fig.update_layout(
+        xaxis_title="context length (mean prompt tokens of the turn)",
+        yaxis_title="mean TTFT (ms)",
+        yaxis2={"title": "cached prompt tokens", "overlaying": "y", "side": "right",
+                "rangemode": "tozero", "showgrid": False},
+        legend={"orientation": "h", "y": -0.25}, margin={"t": 30, "b": 10}, height=420)
     return fig

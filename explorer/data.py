@@ -22,6 +22,7 @@ from harness.confidence import difference_of_clusters, interval_of_clusters
 from harness.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
 from harness.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.store import DEFAULT_DB, Store
+from harness.users import PROFILE_DUTY, UsersEstimate, paired_closed_run
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
 PUBLISHED = "published"
@@ -56,10 +57,34 @@ def query(path: Path, sql: str, params: list | None = None) -> pd.DataFrame:
 
 RUN_COLUMNS = ("run_id, started_at, status, device, engine, model, table_placement, label, "
                "mode, rounds, input_tokens, output_tokens, measured_input_tokens, target_url")
+SETTINGS = ("profile", "duty_target", "think_s", "turns")
+
+
+def run_settings(config: str | None) -> dict:
+    """What a run's config says of simulated users and turns: `profile` ('chat', 'agentic' or
+    None), `duty_target` and `think_s` (None unless set), `turns` (None for a single-turn run;
+    older runs lack every key)."""
+    try:
+        value = json.loads(config or "null")
+    except json.JSONDecodeError:
+        value = None
+    value = value if isinstance(value, dict) else {}
+    turns = value.get("turns")
+    return {"profile": value.get("profile") or None, "duty_target": value.get("duty_cycle"),
+            "think_s": value.get("think_s"),
+            "turns": turns if isinstance(turns, int) and turns > 1 else None}
 
 
 def runs(path: Path) -> pd.DataFrame:
-    return query(path, f"SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC")
+    """Every run, newest first, with its `run_settings` as columns."""
+    frame = query(path, f"SELECT {RUN_COLUMNS}, config FROM runs "
+                        "ORDER BY started_at DESC, run_id DESC")
+    if "config" not in frame:
+        return frame
+    settings = pd.DataFrame([run_settings(c) for c in frame.pop("config")], index=frame.index,
+                            columns=list(SETTINGS))
+    return pd.concat([frame, settings.astype({"turns": "Int64", "duty_target": "float64",
+                                              "think_s": "float64"})], axis=1)
 
 
 def levels(path: Path, run_ids: list[str]) -> pd.DataFrame:
@@ -67,6 +92,16 @@ def levels(path: Path, run_ids: list[str]) -> pd.DataFrame:
         return pd.DataFrame()
     return query(path, "SELECT * FROM levels WHERE run_id IN (SELECT unnest(?)) "
                        "ORDER BY run_id, concurrency", [run_ids])
+
+
+def turns(path: Path, run_id: str) -> pd.DataFrame:
+    """Per level and turn of a run (the `turns` view), with `cached_share`: the share of the
+    prompt (the context the turn sent) the server reported as cached."""
+    frame = query(path, "SELECT * FROM turns WHERE run_id = ? ORDER BY concurrency, turn",
+                  [run_id])
+    if not frame.empty:
+        frame["cached_share"] = frame["mean_cached_tokens"] / frame["mean_prompt_tokens"]
+    return frame
 
 
 def request_distribution(path: Path, run_id: str, metric: str) -> pd.DataFrame:
@@ -331,6 +366,22 @@ def probe_levels(levels_frame: pd.DataFrame) -> dict[str, set[int]]:
             for run_id, frame in probes.groupby("run_id")}
 
 
+def _bound(cap: Capacity, letter: str = "C") -> str:
+    """How far the highest passing level can be trusted: exact, or a lower bound and why, and
+    any failing level below it (`letter`: C for concurrency, U for users)."""
+    above = [v.concurrency for v in cap.levels if v.concurrency > cap.max_c]
+    if not above:
+        how = "lower bound: no higher level tested"
+    elif min(above) == cap.max_c + 1:
+        how = "exact"
+    else:
+        gap = range(cap.max_c + 1, min(above))
+        how = f"lower bound: {letter}={gap[0]}{f'-{gap[-1]}' if len(gap) > 1 else ''} not tested"
+    below = [str(v.concurrency) for v in cap.levels
+             if not v.passes and v.concurrency < cap.max_c]
+    return how + (f"; {letter}={','.join(below)} fails below it" if below else "")
+
+
 def verdict(cap: Capacity, probes: Collection[int] = ()) -> str:
     """One line a buyer can act on: Max C, how far it can be trusted (the bounds that
     `capacity` warns about) and the users it serves."""
@@ -339,18 +390,7 @@ def verdict(cap: Capacity, probes: Collection[int] = ()) -> str:
     searched = ", found by --search" if probes else ""
     if cap.max_c == 0:
         return f"Max C 0 (no level meets the targets{searched}): no users"
-    above = [v.concurrency for v in cap.levels if v.concurrency > cap.max_c]
-    if not above:
-        how = "lower bound: no higher level tested"
-    elif min(above) == cap.max_c + 1:
-        how = "exact"
-    else:
-        gap = range(cap.max_c + 1, min(above))
-        how = f"lower bound: C={gap[0]}{f'-{gap[-1]}' if len(gap) > 1 else ''} not tested"
-    below = [str(v.concurrency) for v in cap.levels
-             if not v.passes and v.concurrency < cap.max_c]
-    odd = f"; C={','.join(below)} fails below it" if below else ""
-    return (f"Max C {cap.max_c} ({how}{searched}{odd}): {cap.chat_users} chat / "
+    return (f"Max C {cap.max_c} ({_bound(cap)}{searched}): {cap.chat_users} chat / "
             f"{cap.agentic_users} agentic users")
 
 
@@ -367,6 +407,120 @@ def capacity_table(levels_frame: pd.DataFrame, targets: Targets) -> pd.DataFrame
                      "warnings": "; ".join(cap.warnings)})
     return pd.DataFrame(rows, columns=["run_id", "max_c", "chat_users", "agentic_users",
                                        "verdict", "passing", "warnings"])
+
+
+USERS_COLUMNS = ["run_id", "max_users", "duty_cycle", "estimated_users", "estimate", "factor",
+                 "paired_run", "paired_max_c", "measured_factor", "verdict", "passing",
+                 "warnings"]
+NO_PAIRED_RUN = "no closed run of the same setup to estimate from"
+GET_PAIRED_RUN = ("Run a closed `make bench` (--mode closed) with the same device, engine, model, "
+                  "table placement and prompt and output tokens: its Max C times the profile's "
+                  "factor is the estimate set beside the measured users.")
+
+
+def users_factor(run: dict, duty: float | None, targets: Targets) -> tuple[float | None, str]:
+    """Users per Max C the estimate multiplies by, and how it reads: the published factor of
+    the run's profile (x 4 chat, x 1.5 agentic, as set on Capacity), else Max C over the
+    target duty cycle, else over the measured one (a fixed think time has no published
+    factor); (None, "") when none is known."""
+    profile = run.get("profile")
+    if profile in PROFILE_DUTY:
+        factor = targets.chat_factor if profile == "chat" else targets.agentic_factor
+        return factor, f"x {factor:g}"
+    for name, d in (("target duty", run.get("duty_target")), ("measured duty", duty)):
+        if d is not None and not pd.isna(d) and d > 0:
+            return 1 / float(d), f"/ {name} {float(d):.2f}"
+    return None, ""
+
+
+def _duty_at(levels_frame: pd.DataFrame, run_id: str, users: int) -> float | None:
+    """The measured duty cycle of a users run at U users (None: not measured there)."""
+    if "duty_cycle" not in levels_frame:
+        return None
+    rows = levels_frame[(levels_frame["run_id"] == run_id)
+                        & (levels_frame["concurrency"] == users)]["duty_cycle"].dropna()
+    return float(rows.iloc[0]) if len(rows) else None
+
+
+def as_users(warning: str) -> str:
+    """A capacity warning about a users run, in its terms (Max users, U=)."""
+    return warning.replace("Max C", "Max users").replace("C=", "U=")
+
+
+def users_verdict(cap: Capacity, duty: float | None) -> str:
+    """A users run's line: the highest passing user count, how far it can be trusted and the
+    duty cycle measured there."""
+    if not cap.levels:
+        return "no levels to judge"
+    if cap.max_c == 0:
+        return "Max users 0 (no level meets the targets)"
+    at = "" if duty is None else f" at duty cycle {duty:.2f}"
+    return f"Max users {cap.max_c} ({_bound(cap, 'U')}){at}"
+
+
+def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, str | None]:
+    """The users runs (`--mode users`) among `run_ids`, each with its paired closed run (the
+    newest complete closed run of the same setup, harness.users) or None."""
+    if runs_frame.empty:
+        return {}
+    records = runs_frame.to_dict("records")
+    out = {}
+    for run in records:
+        if run["mode"] == "users" and run["run_id"] in run_ids:
+            paired = paired_closed_run(records, run)
+            out[run["run_id"]] = None if paired is None else paired["run_id"]
+    return out
+
+
+def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
+                pairs: dict[str, str | None], targets: Targets) -> pd.DataFrame:
+    """Per users run of `pairs` (from `users_runs`): Max users (harness.metrics.capacity with
+    U as the concurrency, the Max C targets), the duty cycle measured there, and the estimate
+    from the paired run's Max C by `users_factor`, with the measured users per Max C. The
+    frame must hold the paired runs' levels too."""
+    pts = points(levels_frame, targets.statistic)
+    settings = runs_frame.set_index("run_id")
+    rows = []
+    for run_id, paired in pairs.items():
+        if run_id not in pts:
+            continue
+        cap = capacity(pts[run_id], targets)
+        duty = _duty_at(levels_frame, run_id, cap.max_c)
+        max_c = capacity(pts[paired], targets).max_c if paired in pts else None
+        factor, how = users_factor(settings.loc[run_id].to_dict(), duty, targets)
+        est = UsersEstimate(cap.max_c, duty, max_c, factor or 0.0)
+        estimated = est.estimated_users if factor is not None else None
+        line = users_verdict(cap, duty)
+        estimate = None
+        if max_c is None:
+            line += f"; {NO_PAIRED_RUN}"
+        elif factor is None:
+            line += f"; no users per C known to estimate from Max C {max_c} (run {paired})"
+        else:
+            estimate = f"Max C {max_c} {how} = {estimated}"
+            line += f"; estimate {estimate} (run {paired})"
+        rows.append({"run_id": run_id, "max_users": cap.max_c, "duty_cycle": duty,
+                     "estimated_users": estimated, "estimate": estimate, "paired_run": paired,
+                     "factor": how, "paired_max_c": max_c,
+                     "measured_factor": est.measured_factor, "verdict": line,
+                     "passing": ",".join(str(v.concurrency) for v in cap.levels if v.passes),
+                     "warnings": "; ".join(as_users(w) for w in cap.warnings)})
+    return pd.DataFrame(rows, columns=USERS_COLUMNS)
+
+
+def with_rows(caps: pd.DataFrame, others: pd.DataFrame) -> pd.DataFrame:
+    """A capacity table whose rows of the runs in `others` (rate or users runs, judged in
+    their own terms) are replaced by those rows, in place; counts stay integers, blank where
+    unknown."""
+    if others.empty:
+        return caps
+    order = [*caps["run_id"], *(r for r in others["run_id"] if r not in set(caps["run_id"]))]
+    kept = caps[~caps["run_id"].isin(others["run_id"])]
+    out = pd.concat([kept, others], ignore_index=True) if not kept.empty else others.copy()
+    out = out.set_index("run_id").loc[order].reset_index()
+    counts = ("max_c", "chat_users", "agentic_users", "max_users", "estimated_users",
+              "paired_max_c")
+    return out.astype({c: "Int64" for c in counts if c in out})
 
 
 def cluster_sums(path: Path, run_ids: list[str]) -> pd.DataFrame:

@@ -40,12 +40,28 @@ COLUMNS: dict[str, Column] = {
     "speculative": Column("speculative decoding"),
     "tps_c1": Column("TPS at C=1 (tok/s)", "number", TOKS),
     "ttft_c1_ms": Column("TTFT at C=1 (ms)", "number", MS),
-    "passing": Column("passing levels (C)"),
+    "passing": Column("passing levels (C; U of a users run)"),
     "warnings": Column("warnings", width="large"),
     "max_rate": Column("max rate (req/s)", "number", "%.2f"),
     "published_max_c": Column("published Max C", "number", COUNT),
     "published_chat_users": Column("published chat users", "number", COUNT),
     "published_agentic_users": Column("published agentic users", "number", COUNT),
+    "mode": Column("mode"),
+    "profile": Column("users profile"),
+    "turns": Column("turns", "number", COUNT),
+    "input_tokens": Column("prompt tokens (set)", "number", COUNT),
+    "output_tokens": Column("output tokens (set)", "number", COUNT),
+    # users runs (--mode users): a level is a user count U
+    "max_users": Column("Max users (measured)", "number", COUNT),
+    "estimated_users": Column("estimated users", "number", COUNT),
+    "estimate": Column("estimate"),
+    "factor": Column("users per Max C (estimate)"),
+    "paired_run": Column("estimated from run"),
+    "paired_max_c": Column("its Max C", "number", COUNT),
+    "measured_factor": Column("users per Max C (measured)", "number", "%.2f"),
+    "users": Column("users", "number", COUNT),
+    "duty_cycle": Column("duty cycle (measured)", "number", "%.2f"),
+    "mean_cached_tokens": Column("cached tokens", "number", MEAN_COUNT),
     # levels
     "concurrency": Column("C", "number", COUNT),
     "rate": Column("rate (req/s)", "number", "%.2f"),
@@ -69,6 +85,9 @@ COLUMNS: dict[str, Column] = {
     "p50_send_lag_ms": Column("p50 send lag (ms)", "number", "%.2f"),
     "p99_send_lag_ms": Column("p99 send lag (ms)", "number", "%.2f"),
     "lag_limited": Column("send lag > 10 ms", "check"),
+    # multi-turn runs: per turn of the conversations
+    "turn": Column("turn", "number", COUNT),
+    "cached_share": Column("cached share", "number", "percent"),
     # compare
     "tps_diff_pct": Column("TPS vs baseline (%)", "number", "%+.1f%%"),
     "ttft_diff_pct": Column("TTFT vs baseline (%)", "number", "%+.1f%%"),
@@ -86,7 +105,8 @@ RUN_PINNED = ("max_c", "chat_users", "agentic_users")
 LEVEL_COLUMNS = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttft_ms",
                  "mean_tps", "p10_tps", "fails_because", "requests", "errors", "short_outputs",
                  "p50_ttft_ms", "p90_ttft_ms", "p50_tps", "p1_tps", "throughput_tps",
-                 "mean_output_tokens", "mean_prompt_tokens", "p50_send_lag_ms", "p99_send_lag_ms")
+                 "mean_output_tokens", "mean_prompt_tokens", "mean_cached_tokens",
+                 "p50_send_lag_ms", "p99_send_lag_ms")
 
 # a rate run's levels (`run --mode rate`): keyed by the request rate, send lag up front
 RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps", "p10_tps",
@@ -94,6 +114,15 @@ RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps
                       "requests", "errors", "short_outputs", "p50_ttft_ms", "p90_ttft_ms",
                       "p50_tps", "p1_tps", "throughput_tps", "mean_output_tokens",
                       "mean_prompt_tokens")
+
+# a users run's levels (`run --mode users`): keyed by the user count, duty cycle up front
+USERS_LEVEL_COLUMNS = ("users", "passes", "duty_cycle", *(
+    c for c in LEVEL_COLUMNS if c not in ("concurrency", "rate", "passes", "probe",
+                                          "p50_send_lag_ms", "p99_send_lag_ms")))
+
+# a multi-turn run's turns: the context each turn sent and what the server had cached of it
+TURN_COLUMNS = ("concurrency", "users", "turn", "mean_prompt_tokens", "mean_cached_tokens",
+                "cached_share", "mean_ttft_ms", "mean_tps", "requests", "errors")
 
 
 def human(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:

@@ -30,6 +30,11 @@ def _levels(path: str, version: tuple | None, run_ids: tuple[str, ...]) -> pd.Da
     return data.levels(Path(path), list(run_ids))
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _turns(path: str, version: tuple | None, run_id: str) -> pd.DataFrame:
+    return data.turns(Path(path), run_id)
+
+
 @st.cache_data(show_spinner=False)
 def _published() -> tuple[pd.DataFrame, pd.DataFrame]:
     return data.published_runs(), data.published_levels()
@@ -65,6 +70,30 @@ def levels_for(run_ids: list[str]) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True)
     return out.sort_values(["run_id", "concurrency"], key=lambda s: s.map(order)
                            if s.name == "run_id" else s).reset_index(drop=True)
+
+
+def run_row(run_id: str) -> dict:
+    """A measured run's row of `data.runs` ({} for a published run)."""
+    runs = measured_runs()
+    rows = runs[runs["run_id"] == run_id].to_dict("records") if not runs.empty else []
+    return rows[0] if rows else {}
+
+
+def turns_of(run_id: str) -> pd.DataFrame:
+    """Per level and turn of a run (`data.turns`); one turn per level for a single-turn run."""
+    path, version = database()
+    return _turns(str(path), version, run_id)
+
+
+def users_for(run_ids: list[str]) -> pd.DataFrame:
+    """The users runs among `run_ids` judged by Max users beside their estimate
+    (`data.users_table`, the paired closed runs' levels loaded for it); empty if none."""
+    runs = measured_runs()
+    pairs = data.users_runs(runs, set(run_ids))
+    if not pairs:
+        return pd.DataFrame(columns=data.USERS_COLUMNS)
+    ids = list(dict.fromkeys([*pairs, *(p for p in pairs.values() if p)]))
+    return data.users_table(levels_for(ids), runs, pairs, targets())
 
 
 def run_labels() -> dict[str, str]:

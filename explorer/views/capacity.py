@@ -1,4 +1,6 @@
-"""Targets, statistic and user factors as controls; Max C and users recomputed live."""
+"""Targets, statistic and user factors as controls; Max C and users recomputed live. A users
+run (`run --mode users`) is listed by its measured Max users beside the estimate from the Max C
+of a closed run of the same setup (by the chat or agentic factor set here)."""
 
 import streamlit as st
 
@@ -26,12 +28,22 @@ table = data.capacity_table(levels, targets) if not levels.empty else None
 if table is None or table.empty:
     st.info("Select runs to score.")
 else:
+    users = ui.users_for(selected)
+    table = data.with_rows(table, users)
     pub = ui.published()[0].set_index("run_id")
     table.insert(1, "source", ["published" if r in pub.index else "measured"
                                for r in table["run_id"]])
     table["published_max_c"] = [pub["published_max_c"].get(r) if r in pub.index else None
                                 for r in table["run_id"]]
-    st.metric("best Max C", int(table["max_c"].max()))
-    tables.show(table, ("run_id", "source", "verdict", "passing", "published_max_c", "warnings"),
-                pinned=tables.RUN_PINNED)
+    cols = st.columns(2)
+    cols[0].metric("best Max C", int(table["max_c"].max()) if table["max_c"].notna().any()
+                   else "-")
+    if not users.empty:
+        cols[1].metric("best Max users (measured)", int(users["max_users"].max()))
+        st.caption("Users runs (--mode users) are judged by the highest user count U that "
+                   "meets the targets, measured; the estimate beside it is the Max C of a "
+                   "closed run of the same setup times the profile's users per C set above.")
+    tables.show(table, ("run_id", "source", "verdict", "max_users", "estimated_users",
+                        "paired_run", "measured_factor", "passing", "published_max_c",
+                        "warnings"), pinned=tables.RUN_PINNED)
     ui.download("Capacity CSV", lambda: table, "capacity.csv", len(table), "capacity_csv")

@@ -1,5 +1,6 @@
 """Two or more runs overlaid, with the per-C difference against a baseline run, and one server
-metric (from /metrics) of every run that recorded it."""
+metric (from /metrics) of every run that recorded it. Users runs (`run --mode users`) are drawn
+against the user count U and judged by Max users; runs of different prompt lengths say so."""
 
 from pathlib import Path
 
@@ -34,7 +35,20 @@ else:
         st.info("The chosen runs have stored no finished round yet.")
     else:
         targets = ui.targets()
-        caps = data.capacity_table(levels, targets)
+        users = ui.users_for(selected)
+        user_runs = set(users["run_id"])
+        caps = data.with_rows(data.capacity_table(levels, targets), users)
+        runs = ui.measured_runs()
+        prompts = (runs[runs["run_id"].isin(selected)].set_index("run_id")["input_tokens"]
+                   .dropna() if not runs.empty else None)
+        if prompts is not None and prompts.nunique() > 1:  # long context: say which is which
+            labels = {**labels, **{r: f"{labels[r]} · {int(n)} prompt tokens"
+                                   for r, n in prompts.items()}}
+            caps = caps.merge(prompts.reset_index(), on="run_id", how="left")
+        if user_runs:
+            st.caption("Users runs (--mode users) are drawn against the user count U, the "
+                       "others against concurrency C: a user thinks between requests, so U "
+                       "users load the server less than C=U.")
         passing = set()
         for run_id, pts in data.points(levels, targets.statistic).items():
             passing |= {(run_id, v.concurrency) for v in capacity(pts, targets).levels if v.passes}
@@ -43,12 +57,12 @@ else:
         left, right = st.columns(2)
         left.plotly_chart(charts.metric_vs_c(
             levels, "mean_ttft_ms", targets.ttft_max_ms, "TTFT target", passing, "mean TTFT (ms)",
-            labels, bands[bands["metric"] == "ttft"]), width="stretch")
+            labels, bands[bands["metric"] == "ttft"], user_runs), width="stretch")
         right.plotly_chart(charts.metric_vs_c(
             levels, "mean_tps", targets.tps_min, "TPS target", passing,
-            "mean TPS per request (tok/s)", labels, bands[bands["metric"] == "tps"]),
+            "mean TPS per request (tok/s)", labels, bands[bands["metric"] == "tps"], user_runs),
             width="stretch")
-        fig, _ = charts.percent_difference(levels, selected[0], labels)
+        fig, _ = charts.percent_difference(levels, selected[0], labels, user_runs)
         st.subheader(f"Difference against {labels[selected[0]]}")
         st.plotly_chart(fig, width="stretch")
         diff = data.differences(levels, _clusters(str(path), version, tuple(selected)),
@@ -59,7 +73,8 @@ else:
                    "clusters. \"within noise\": the interval spans 0. \"single run\": a run "
                    "without repeats gets the difference only, no verdict.")
         st.subheader("Capacity")
-        tables.show(caps, ("run_id", "verdict", "passing", "warnings"), pinned=tables.RUN_PINNED)
+        tables.show(caps, ("run_id", "verdict", "max_users", "estimated_users", "input_tokens",
+                           "passing", "warnings"), pinned=tables.RUN_PINNED)
         ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
                     "compare_levels")
         st.subheader("Server metrics")

@@ -2,7 +2,9 @@
 distributions, first round against the rest, the server's Engram counters with the step-time
 breakdown, and the server's own metrics (/metrics) beside the client's TTFT. A rate run
 (`run --mode rate`) shows its sustainable request rate, TTFT and TPS against the rate and the
-send lag per rate level instead."""
+send lag per rate level instead. A users run (`run --mode users`) is judged by its measured
+Max users, beside the estimate from a closed run's Max C, with the duty cycle per level; a
+multi-turn run (`--turns N`) adds TTFT and cached tokens per turn against the context."""
 
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import streamlit as st
 
 from explorer import charts, data, rate, tables, ui
 from harness.metrics import capacity
+from harness.users import PROFILE_DUTY
 
 # counters_frame column: (readable name, number format; None for text)
 COUNTERS = {
@@ -44,7 +47,6 @@ CLIENT_TTFT = {"concurrency": ("C", "%d"), "mean_ttft_ms": ("client TTFT mean (m
 
 # request_distribution metric: its name on the page
 DISTRIBUTIONS = {"ttft_ms": "TTFT (ms)", "tps": "TPS per request (tok/s)"}
-
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -112,6 +114,50 @@ def show_rate_run(run_id: str, levels: pd.DataFrame, labels: dict[str, str]) -> 
                 f"{run_id}_requests.csv", int(levels["requests"].sum()), "run_requests")
 
 
+def show_users_headline(run_id: str, n_levels: int) -> None:
+    """A users run's headline: Max users measured at its duty cycle beside the estimate from
+    the paired closed run's Max C, and the users per Max C this hardware really gives."""
+    row = ui.users_for([run_id]).iloc[0]
+    st.subheader(row["verdict"])
+    duty = row["duty_cycle"]
+    cols = st.columns(5)
+    cols[0].metric("Max users (measured)", int(row["max_users"]),
+                   help="The highest user count whose requests met every target.")
+    cols[1].metric("duty cycle (measured)", "-" if pd.isna(duty) else f"{duty:.2f}",
+                   help="At Max users: the share of the users' time with a request running.")
+    if row["estimate"] is None:  # no paired closed run, or no factor for its think time
+        cols[2].metric("levels", n_levels)
+        if row["paired_run"] is None:
+            st.info(f"No estimate: {data.NO_PAIRED_RUN}. {data.GET_PAIRED_RUN}")
+        return
+    cols[2].metric(f"estimate: Max C {row['factor']}", int(row["estimated_users"]),
+                   help=f"{row['estimate']}, from run {row['paired_run']}.")
+    factor = row["measured_factor"]
+    cols[3].metric("users per Max C (measured)", "-" if pd.isna(factor) else f"{factor:.2f}")
+    cols[4].metric("levels", n_levels)
+    st.caption(f"Max users (measured) {int(row['max_users'])}"
+               f"{'' if pd.isna(duty) else f' at duty cycle {duty:.2f}'}, beside the estimate "
+               f"{row['estimate']} from the closed run {row['paired_run']} of the same setup.")
+
+
+def show_turns(run_id: str, users: bool) -> None:
+    """A multi-turn run: per level and turn, the context sent (prompt tokens), what the server
+    had cached of it, TTFT and TPS, as a table and TTFT against the context length."""
+    turns = ui.turns_of(run_id)
+    if turns.empty or turns["turn"].max() < 2:
+        return
+    st.subheader("Per turn: context length and cached tokens")
+    st.caption("Each turn sends the conversation so far, so its prompt tokens are the context "
+               "length. Cached tokens: the prompt tokens the server reported it reused "
+               "(usage.prompt_tokens_details.cached_tokens); blank where it reported none.")
+    table = turns.drop(columns=["run_id"])
+    if users:
+        table = table.rename(columns={"concurrency": "users"})
+    tables.show(table, tables.TURN_COLUMNS, pinned=("users" if users else "concurrency", "turn"))
+    ui.download("Turns CSV", lambda: table, f"{run_id}_turns.csv", len(table), "run_turns")
+    st.plotly_chart(charts.ttft_vs_context(turns, users), width="stretch")
+
+
 st.title("Run")
 labels = ui.run_labels()
 if not labels:
@@ -125,26 +171,33 @@ else:
         show_rate_run(run_id, levels, labels)
     else:
         targets = ui.targets()
+        run = ui.run_row(run_id)
+        users = run.get("mode") == "users"  # run --mode users: a level is a user count U
+        user_runs = {run_id} if users else set()
         points = data.points(levels, targets.statistic).get(run_id, [])
         cap = capacity(points, targets)
         passing = {(run_id, v.concurrency) for v in cap.levels if v.passes}
-        st.subheader(data.verdict(cap, data.probe_levels(levels).get(run_id, set())))
-        cols = st.columns(4)
-        cols[0].metric("Max C", cap.max_c)
-        cols[1].metric("chat users", cap.chat_users)
-        cols[2].metric("agentic users", cap.agentic_users)
-        cols[3].metric("levels", len(levels))
+        if users:
+            show_users_headline(run_id, len(levels))
+        else:
+            st.subheader(data.verdict(cap, data.probe_levels(levels).get(run_id, set())))
+            cols = st.columns(4)
+            cols[0].metric("Max C", cap.max_c)
+            cols[1].metric("chat users", cap.chat_users)
+            cols[2].metric("agentic users", cap.agentic_users)
+            cols[3].metric("levels", len(levels))
         for warning in cap.warnings:
-            st.warning(warning)
+            st.warning(data.as_users(warning) if users else warning)
         db, version = ui.database()
         band = bands(str(db), version, run_id)
         left, right = st.columns(2)
         left.plotly_chart(charts.metric_vs_c(
             levels, "mean_ttft_ms", targets.ttft_max_ms, f"TTFT target {targets.ttft_max_ms:g} ms",
-            passing, "mean TTFT (ms)", labels, band[band["metric"] == "ttft"]), width="stretch")
+            passing, "mean TTFT (ms)", labels, band[band["metric"] == "ttft"], user_runs),
+            width="stretch")
         right.plotly_chart(charts.metric_vs_c(
             levels, "mean_tps", targets.tps_min, f"TPS target {targets.tps_min:g}", passing,
-            "mean TPS per request (tok/s)", labels, band[band["metric"] == "tps"]),
+            "mean TPS per request (tok/s)", labels, band[band["metric"] == "tps"], user_runs),
             width="stretch")
         if not band.empty:
             st.caption("Shaded: where the run has repeats (`run --repeat N`), the 95% bootstrap "
@@ -156,8 +209,21 @@ else:
         table["passes"] = [verdicts[int(c)].passes for c in table["concurrency"]]
         table["fails_because"] = [verdicts[int(c)].reason for c in table["concurrency"]]
         st.subheader("Per level")
-        tables.show(table, tables.LEVEL_COLUMNS, pinned=("concurrency",))
+        if users:
+            table = table.rename(columns={"concurrency": "users"})
+            st.caption("A level is U simulated users, each sending a request, thinking, then "
+                       "sending the next. Duty cycle: the share of their time with a request "
+                       "running, measured over the requests a think followed.")
+            tables.show(table, tables.USERS_LEVEL_COLUMNS, pinned=("users",))
+        else:
+            tables.show(table, tables.LEVEL_COLUMNS, pinned=("concurrency",))
         ui.download("Levels CSV", lambda: table, f"{run_id}_levels.csv", len(table), "run_levels")
+        if users and levels["duty_cycle"].notna().any():
+            target = run.get("duty_target")
+            target = PROFILE_DUTY.get(run.get("profile")) if pd.isna(target) else target
+            st.plotly_chart(charts.duty_cycle_vs_users(levels, target, labels), width="stretch")
+        if run:
+            show_turns(run_id, users)
         if run_id in set(ui.published()[0]["run_id"]):
             st.info("A published run: only its per-level means are known.")
         else:
@@ -166,11 +232,15 @@ else:
             metric = st.radio("metric", list(DISTRIBUTIONS), horizontal=True, key="run_dist",
                               format_func=DISTRIBUTIONS.get)
             dist = data.request_distribution(path, run_id, metric)
-            st.plotly_chart(charts.distribution(dist, DISTRIBUTIONS[metric]), width="stretch")
-            st.subheader("First round against the rest")
-            st.plotly_chart(charts.first_vs_rest(data.first_round_vs_rest(path, run_id),
-                                                 "mean_tps", "mean TPS per request (tok/s)"),
+            st.plotly_chart(charts.distribution(dist, DISTRIBUTIONS[metric], users=users),
                             width="stretch")
+            st.subheader("First round against the rest")
+            if users:
+                st.caption("A users run's round is the user's request: the first round is each "
+                           "user's first request.")
+            st.plotly_chart(charts.first_vs_rest(data.first_round_vs_rest(path, run_id),
+                                                 "mean_tps", "mean TPS per request (tok/s)",
+                                                 users), width="stretch")
             stats = data.server_stats(path, run_id)
             counters = data.counters_frame(stats)
             st.subheader("Server Engram counters per level")

@@ -1,13 +1,15 @@
-"""Every measured run: Max C, users and the verdict first, then what ran and its C=1
-figures; filters; CSV. A rate run shows its sustainable request rate instead of Max C."""
+"""Every measured run: Max C, users and the verdict first, then what ran (mode, users
+profile, turns, prompt and output tokens) and its C=1 figures; filters; CSV. A rate run shows
+its sustainable request rate instead of Max C, a users run its measured Max users beside the
+estimate from a closed run's Max C."""
 
-import pandas as pd
 import streamlit as st
 
 from explorer import data, rate, tables, ui
 
-RUN_COLUMNS = ("run_id", "verdict", "max_rate", "device", "engine", "model", "table_placement",
-               "label", "status", "started_at", "tps_c1", "ttft_c1_ms")
+RUN_COLUMNS = ("run_id", "verdict", "max_rate", "max_users", "estimated_users", "device",
+               "engine", "model", "table_placement", "mode", "profile", "turns", "input_tokens",
+               "output_tokens", "label", "status", "started_at", "tps_c1", "ttft_c1_ms")
 
 st.title("Runs")
 if not ui.empty_state():
@@ -29,10 +31,8 @@ if not ui.empty_state():
           .rename(columns={"mean_tps": "tps_c1", "mean_ttft_ms": "ttft_c1_ms"})
           if not levels.empty else None)
     rates = rate.rate_table(levels, targets)  # rate runs: the sustainable rate, no Max C
-    if not rates.empty:
-        rated = cap["run_id"].isin(rates["run_id"])
-        cap = pd.concat([cap[~rated], rates], ignore_index=True).astype(
-            {"max_c": "Int64", "chat_users": "Int64", "agentic_users": "Int64"})
+    users = ui.users_for(run_ids)  # users runs: Max users measured, no Max C
+    cap = data.with_rows(data.with_rows(cap, rates), users)
     table = shown.merge(cap, on="run_id", how="left")
     if c1 is not None:
         table = table.merge(c1, on="run_id", how="left")
@@ -42,6 +42,10 @@ if not ui.empty_state():
     if not rates.empty:
         st.caption("A rate run (--mode rate) has no Max C or users, which need a concurrency: "
                    "its verdict and max rate give the sustainable request rate.")
+    if not users.empty:
+        st.caption("A users run (--mode users) counts simulated users U, not concurrency: its "
+                   "Max users is measured, beside the estimate from the Max C of a closed run "
+                   "of the same setup.")
     tables.show(table, RUN_COLUMNS, pinned=tables.RUN_PINNED)
     path, _ = ui.database()
     ui.download("Levels CSV", lambda: levels.drop(columns=["source"], errors="ignore"),

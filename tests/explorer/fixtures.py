@@ -225,3 +225,133 @@ def build_with_rate(path: Path) -> dict[str, str]:
     ids = build(path)
     ids["rate"] = add_rate_run(Store(path))
     return ids
+
+
+# Simulated users (`run --mode users`, profile chat) and the closed run of the same setup that
+# pairs with it: per user count U (closed: per C), mean TTFT ms and mean TPS. Every user thinks
+# ~3x its last request (duty cycle ~0.25). U=4 and U=6 pass; U=12 fails the TTFT target only
+# (Max users 6, a lower bound: U=7-11 untested). The closed run passes C=1,2 (Max C 2, exact),
+# so the chat estimate is 2 x 4 = 8 users and the measured factor 6 / 2 = 3 users per Max C.
+USERS_RUN, PAIRED_RUN, TURNS_RUN = "fixture-users", "fixture-closed", "fixture-turns"
+USERS_LEVELS = (4, 6, 12)
+USERS_PROFILE = {4: (300, 30.0), 6: (500, 25.0), 12: (1500, 21.0)}
+PAIRED_PROFILE = {1: (250, 32.0), 2: (400, 26.0), 4: (700, 18.0)}
+USERS_REQUESTS = 5  # requests per user and level
+USERS_SETUP = {"device": "rtx-pro-6000", "engine": "engram-bench", "model": "qwen-mini",
+               "table_placement": "host", "target_url": "http://127.0.0.1:8000/v1",
+               "api": "chat", "input_tokens": 128, "output_tokens": 128,
+               "measured_input_tokens": 128}
+# A multi-turn closed run (`--turns 3`): each turn sends the whole conversation so far, so the
+# context grows by TURN_GROWTH tokens a turn, and the server reports all but the new question
+# as cached; TTFT grows with the tokens it had to prefill.
+TURNS, TURN_LEVELS, CONVERSATIONS, TURN_GROWTH = 3, (1, 2), 4, 256
+
+
+def users_records(seed: int = 1, start: float = T0 + 9000) -> list[RequestRecord]:
+    """Each user's requests at each level, one after another with a think time between
+    (none after its last): think ~3x the request, so the duty cycle is ~0.25."""
+    rng = random.Random(f"users-{seed}")
+    out = []
+    for u in USERS_LEVELS:
+        ttft_mean, tps_mean = USERS_PROFILE[u]
+        for user in range(u):
+            clock = start
+            for k in range(USERS_REQUESTS):
+                tps = tps_mean + rng.uniform(-0.5, 0.5)
+                latency = 128 / tps * 1000
+                last = k == USERS_REQUESTS - 1
+                think = None if last else 3 * latency * rng.uniform(0.95, 1.05)
+                out.append(RequestRecord(
+                    request_id=f"users-u{u}-{user}-{k}", concurrency=u, round=k, worker=user,
+                    sent_at=clock, ttft_ms=ttft_mean + rng.uniform(-20, 20), latency_ms=latency,
+                    output_tokens=128, input_tokens=128, chunks=128, max_gap_ms=40.0,
+                    finish_reason="length", http_status=200, think_ms=think))
+                clock += (latency + (think or 0)) / 1000
+        start += 200
+    return out
+
+
+def paired_records(start: float = T0 + 8000) -> list[RequestRecord]:
+    """The closed sweep of the users run's setup: 10 rounds per level."""
+    rng = random.Random("paired")
+    out = []
+    for c, (ttft_mean, tps_mean) in PAIRED_PROFILE.items():
+        for rnd in range(10):
+            for w in range(c):
+                tps = tps_mean + rng.uniform(-0.5, 0.5)
+                out.append(RequestRecord(
+                    request_id=f"paired-c{c}-r{rnd}-w{w}", concurrency=c, round=rnd, worker=w,
+                    sent_at=start + rnd * 5, ttft_ms=ttft_mean + rng.uniform(-20, 20),
+                    latency_ms=128 / tps * 1000, output_tokens=128, input_tokens=128,
+                    chunks=128, max_gap_ms=40.0, finish_reason="length", http_status=200))
+        start += 100
+    return out
+
+
+def turn_prompt(turn: int) -> int:
+    """Prompt tokens of a turn: the first prompt plus TURN_GROWTH per earlier turn."""
+    return 128 + (turn - 1) * TURN_GROWTH
+
+
+def turn_cached(turn: int) -> int:
+    """Cached prompt tokens the server reports at a turn: all the earlier turns sent."""
+    return (turn - 1) * TURN_GROWTH
+
+
+def turn_ttft(c: int, turn: int) -> float:
+    """TTFT of a turn: a base, plus the level's queueing, plus the uncached tokens' prefill."""
+    return 150 + 20 * c + 0.25 * (turn_prompt(turn) - turn_cached(turn)) + 10 * turn
+
+
+def turns_records(start: float = T0 + 12000) -> list[RequestRecord]:
+    """The multi-turn run's requests: per level, CONVERSATIONS conversations per worker of
+    TURNS turns each (round = conversation x TURNS + turn - 1)."""
+    out = []
+    for c in TURN_LEVELS:
+        for conv in range(CONVERSATIONS):
+            for w in range(c):
+                for turn in range(1, TURNS + 1):
+                    latency = 128 / (30.0 - c) * 1000
+                    rnd = conv * TURNS + turn - 1
+                    out.append(RequestRecord(
+                        request_id=f"turns-c{c}-{conv}-w{w}-t{turn}", concurrency=c, round=rnd,
+                        worker=w, sent_at=start + rnd * 5, ttft_ms=turn_ttft(c, turn),
+                        latency_ms=latency, output_tokens=128, input_tokens=turn_prompt(turn),
+                        chunks=128, max_gap_ms=40.0, finish_reason="length", http_status=200,
+                        turn=turn, cached_tokens=turn_cached(turn)))
+        start += 100
+    return out
+
+
+def add_users_runs(store: Store) -> dict[str, str]:
+    """Write the paired closed run, the users run and the multi-turn run into an initialised
+    store; returns {kind: run_id} for `paired`, `users` and `turns`."""
+    store.create_run(PAIRED_RUN, {
+        **USERS_SETUP, "mode": "closed", "levels": list(PAIRED_PROFILE), "rounds": 10,
+        "label": "fixture closed", "config": json.dumps({"prompt_words": 118})})
+    store.write_requests(PAIRED_RUN, paired_records())
+    store.finish_run(PAIRED_RUN, "complete")
+    store.create_run(USERS_RUN, {
+        **USERS_SETUP, "mode": "users", "levels": list(USERS_LEVELS), "rounds": USERS_REQUESTS,
+        "label": "fixture users",
+        "config": json.dumps({"prompt_words": 118, "profile": "chat", "duty_cycle": 0.25,
+                              "think_s": None, "turns": 1})})
+    store.write_requests(USERS_RUN, users_records())
+    store.finish_run(USERS_RUN, "complete")
+    store.create_run(TURNS_RUN, {
+        "device": "spark", "engine": "engram-bench", "model": "qwen-mini",
+        "table_placement": "device", "target_url": "http://127.0.0.1:8000/v1", "api": "chat",
+        "mode": "closed", "levels": list(TURN_LEVELS), "rounds": CONVERSATIONS * TURNS,
+        "input_tokens": 128, "output_tokens": 128, "measured_input_tokens": turn_prompt(2),
+        "label": "fixture turns",
+        "config": json.dumps({"prompt_words": 118, "profile": "", "duty_cycle": None,
+                              "think_s": None, "turns": TURNS})})
+    store.write_requests(TURNS_RUN, turns_records())
+    store.finish_run(TURNS_RUN, "complete")
+    return {"paired": PAIRED_RUN, "users": USERS_RUN, "turns": TURNS_RUN}
+
+
+def build_with_users(path: Path) -> dict[str, str]:
+    """The fixture database plus the users, paired closed and multi-turn runs."""
+    ids = build(path)
+    return {**ids, **add_users_runs(Store(path))}

@@ -1,11 +1,13 @@
 """The real app in headless Chromium (Debian's, installed by .ci/run): the Run page shows
-Max C of the fixture run, every page renders at a wide and a narrow window with Max C in view;
-screenshots are saved under each test's tmp dir, to be looked at."""
+Max C of the fixture run, and a users run's Max users beside its estimate; every page renders
+at a wide and a narrow window with Max C in view; screenshots are saved under each test's tmp
+dir, to be looked at."""
 
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,18 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 @pytest.fixture
 def served_app(tmp_path):
+    yield from serve(tmp_path, fixtures.build)
+
+
+@pytest.fixture
+def served_users_app(tmp_path):
+    yield from serve(tmp_path, fixtures.build_with_users)
+
+
+def serve(tmp_path: Path, build: Callable[[Path], object]) -> Iterator[str]:
+    """The app on a fixture database that `build` writes; yields its URL."""
     db = tmp_path / "bench.duckdb"
-    fixtures.build(db)
+    build(db)
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "explorer/app.py", "--server.headless",
@@ -151,3 +163,40 @@ def test_every_page_reads_at_a_glance_in_chromium(served_app, tmp_path, width):
             assert tables[RUNS_TABLE[path]][:4] == RUNS_FIRST, (path, tables)
     assert seen["run"][0][0][:3] == ["C", "passes", "probe"]
     assert all((tmp_path / f"{p or 'runs'}_{width}.png").stat().st_size > 10_000 for p in PAGES)
+
+
+def test_run_page_shows_max_users_and_turns_in_chromium(served_users_app, tmp_path):
+    """A users run's headline (Max users measured, the estimate from the paired closed run)
+    and a multi-turn run's per-turn table, in a real browser; screenshots under tmp dir."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does)")
+        pytest.skip("Debian's chromium is not installed here")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=["--no-sandbox", "--disable-gpu",
+                                           "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        texts = {}
+        for run_id, wait_for in ((fixtures.USERS_RUN, "Max users (measured)"),
+                                 (fixtures.TURNS_RUN, "Per turn: context length")):
+            page.goto(served_users_app + "/run", wait_until="domcontentloaded")
+            page.locator('[data-testid="stSelectbox"]').first.click(timeout=60_000)
+            page.get_by_role("option", name=run_id, exact=False).first.click()
+            page.get_by_text(wait_for).first.wait_for(timeout=60_000)
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)
+            texts[run_id] = page.locator('[data-testid="stMain"]').inner_text()
+            page.screenshot(path=str(tmp_path / f"{run_id}.png"), full_page=True)
+        errors = page.locator('[data-testid="stException"]').count()
+        browser.close()
+    assert errors == 0
+    users = " ".join(texts[fixtures.USERS_RUN].split())
+    assert ("Max users (measured) 6 at duty cycle 0.25, beside the estimate Max C 2 x 4 = 8 "
+            "from the closed run fixture-closed") in users
+    assert "estimate: Max C x 4" in users
+    assert "Turns CSV (6 rows)" in texts[fixtures.TURNS_RUN]
+    assert all((tmp_path / f"{r}.png").stat().st_size > 10_000
+               for r in (fixtures.USERS_RUN, fixtures.TURNS_RUN))
