@@ -27,6 +27,11 @@ class DeviceProfile:
     default_levels: tuple[int, ...]
     page_cache_budget_gib: float | None = None  # published page cache of the nvme table
     published_table_gib: float | None = None  # the table that page cache served
+    # Published KV pool per node with the table in memory / on NVMe, and that deployment's
+    # table share per node (GB): the bundled server scales its KV pool like its table.
+    kv_pool_memory_gb: float | None = None
+    kv_pool_nvme_gb: float | None = None
+    kv_reference_table_gb: float | None = None
     os_reserve_gb: float = 0.0
     runtime_overhead_gb: float = 2.0
     activations_gb: float = 1.5

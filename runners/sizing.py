@@ -58,9 +58,9 @@ MODELS: dict[str, ModelSpec] = {
         # 48 rows of 256 FP8 values + 8 ue8m0 scale bytes each (scales in their own region).
         ModelSpec("deepseek-v4.1-flash", 510.3, 196.6, 12_672, 48, 16.0, 0.75, 1_048_576, 2),
         # The bundled presets (fp32 on the CPU, 2 GiB default table).
-        ModelSpec("qwen-mini", 0.26 + 2 * GIB / GB, 2 * GIB / GB, 2560, 16, 0.065, 4.0, 1024),
+        ModelSpec("qwen-mini", 0.26 + 2 * GIB / GB, 2 * GIB / GB, 2560, 16, 0.065, 4.0, 8192),
         ModelSpec("deepseek-mini", 0.34 + 2 * GIB / GB, 2 * GIB / GB, 12_672, 48, 0.084, 4.0,
-                  1024, 2),
+                  8192, 2),
     )
 }
 
@@ -219,3 +219,15 @@ def size(model_name: str, device_name: str, nodes: int = 1, placement: str | Non
 def fits_placement(placement: str, table_bytes: int, budget_bytes: int) -> bool:
     """The bundled server's check: a table kept in memory must fit the memory budget."""
     return placement == "nvme" or table_bytes <= budget_bytes
+
+
+def bundled_kv_pool_bytes(device: DeviceProfile, placement: str, table_bytes: int) -> int | None:
+    """The bundled server's KV pool on a device with published pool figures: the device's
+    pool scaled like the table, table_bytes x (pool / the published table per node), the
+    in-memory pool for placement device or host, the NVMe one for nvme. None without figures."""
+    if placement not in ("device", "host", "nvme"):
+        raise ValueError("placement must be device, host or nvme")
+    pool = device.kv_pool_nvme_gb if placement == "nvme" else device.kv_pool_memory_gb
+    if pool is None or not device.kv_reference_table_gb:
+        return None
+    return int(table_bytes * pool / device.kv_reference_table_gb)

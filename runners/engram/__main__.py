@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--api-key", help="bearer token clients must send (default: none)")
     p.add_argument("--max-running", type=int, help="default: the profile's")
+    p.add_argument("--kv-pool-gb", type=float,
+                   help="KV pool size in GiB (default: the device's published pool scaled like "
+                        "the table, e.g. spark; else every running request at full context)")
+    p.add_argument("--no-prefix-caching", action="store_true",
+                   help="do not reuse the KV of prompt prefixes (16-token blocks) across requests")
     p.add_argument("--request-log", type=Path, metavar="FILE",
                    help="append one JSON line per finished request: received, admitted, first "
                         "and last token written, finished (time.monotonic() seconds, the clock "
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             decode=args.decode, page_reads=args.page_reads,
             max_running=args.max_running or prof.max_running_requests,
             prefetch=not args.no_prefetch, request_log=args.request_log,
+            device_profile=prof.name, kv_pool_gib=args.kv_pool_gb,
+            prefix_caching=not args.no_prefix_caching,
         )
         runtime = Runtime(options)
     except (ServerConfigError, OSError) as exc:
@@ -88,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runtime.start()
     print(f"serving {runtime.cfg.name} on http://{args.host}:{args.port}/v1 ({prof.name}, "
-          f"compute {runtime.device}): {runtime.describe_table()}", flush=True)
+          f"compute {runtime.device}): {runtime.describe_table()}; {runtime.describe_kv()}",
+          flush=True)
     try:
         uvicorn.run(create_app(runtime, args.api_key), host=args.host, port=args.port,
                     log_level="warning")

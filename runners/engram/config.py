@@ -44,10 +44,13 @@ PRESETS: dict[str, ModelConfig] = {
     c.name: c
     for c in (
         # Qwen3.8-Flash-Next geometry: layer 2, orders 2-3, 8 heads, 160 B rows (2,560 B/token).
-        ModelConfig("qwen-mini", 32_768, 640, 8, 10, 1792, 1024, (2,), (2, 3), 8, 160),
+        ModelConfig("qwen-mini", 32_768, 640, 8, 10, 1792, 8192, (2,), (2, 3), 8, 160),
+        # The same Engram geometry on a smaller decoder (a 4k-token prefill in ~1.7 s on a
+        # 2-core CPU, qwen-mini ~8.5 s): for long-context studies.
+        ModelConfig("qwen-small", 32_768, 256, 4, 4, 768, 8192, (2,), (2, 3), 8, 160),
         # DeepSeek-V4.1-Flash geometry: layers 1 and 14, orders 2-4, 8 heads, 256 FP8 values
         # per row plus 8 ue8m0 scale bytes (one per 32 values): 48 x 264 = 12,672 B/token.
-        ModelConfig("deepseek-mini", 32_768, 512, 16, 8, 1536, 1024, (1, 14), (2, 3, 4), 8, 256,
+        ModelConfig("deepseek-mini", 32_768, 512, 16, 8, 1536, 8192, (1, 14), (2, 3, 4), 8, 256,
                     engram_scale_bytes=8),
         # For tests: the Qwen geometry on a model small enough to run in milliseconds.
         ModelConfig("tiny", 32_768, 64, 4, 4, 128, 256, (1,), (2, 3), 8, 160),

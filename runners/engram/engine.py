@@ -8,6 +8,11 @@ the 13 layers before it. With `prefetch=False` each layer's gather starts only a
 from a natural text (runners.engram.replay) while the logits are still computed. Tokens leave
 through a callback (the API layer hands them to asyncio with call_soon_threadsafe); an
 optional admit hook gets the monotonic time a request's prefill is scheduled (its queue time).
+
+KV lives in a paged pool (model.PagedKV, bookkeeping in kv_blocks.py): a request's blocks are
+reserved at admission; a prefill after a cached prefix computes only the uncached suffix (its
+Engram rows still hashed with the real tokens before it) and reads the prefix's KV from its
+blocks.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import numpy as np
 import torch
 
 from runners.engram.geometry import EngramGeometry
-from runners.engram.model import EngramLM, KVCache, RowsFor
+from runners.engram.kv_blocks import BLOCK_SIZE, BlockManager, blocks_for
+from runners.engram.model import EngramLM, PagedKV, RowsFor, block_tables
 from runners.engram.replay import ReplayText
 from runners.engram.scheduler import Scheduler, Sequence, Step
 from runners.engram.table_store import Gather, TableStore
@@ -71,7 +77,8 @@ class EngineStats:
 class Engine:
     def __init__(self, model: EngramLM, geometry: EngramGeometry, store: TableStore,
                  eos_id: int, max_running: int, max_waiting: int, prefetch: bool = True,
-                 decode: str = "sample") -> None:
+                 decode: str = "sample", kv_blocks: int | None = None,
+                 prefix_caching: bool = True) -> None:
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}")
         self.model = model
@@ -83,8 +90,11 @@ class Engine:
         self.decode = decode
         self._replay = ReplayText.corpus(eos_id) if decode == "replay" else None
         self.device = store.device
-        self.scheduler = Scheduler(max_running, max_waiting)
-        self.cache = KVCache(model.cfg, max_running, self.device)
+        # default pool: every running request at full context
+        num_blocks = kv_blocks or max_running * blocks_for(model.cfg.max_seq)
+        self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_caching)
+        self.scheduler = Scheduler(max_running, max_waiting, self.blocks)
+        self.kv = PagedKV(model.cfg, num_blocks, self.device)
         # every layer's key exists from the start: /stats may copy the dict from another thread
         self.stats = EngineStats(engram_wait_ms_by_layer=dict.fromkeys(geometry.layers, 0.0))
         self._callbacks: dict[str, OnToken] = {}
@@ -104,7 +114,11 @@ class Engine:
         self._thread.join(10)
 
     def submit(self, seq: Sequence, on_token: OnToken, on_admit: OnAdmit | None = None) -> bool:
-        """Queue a request; False when the waiting queue is full."""
+        """Queue a request; False when the waiting queue is full. A request larger than the
+        whole KV pool is a ValueError (the API refuses it before it gets here)."""
+        if not self.blocks.fits_pool(seq.reserved_tokens):
+            raise ValueError(f"{seq.reserved_tokens} tokens do not fit a KV pool of "
+                             f"{self.blocks.pool_tokens} tokens")
         with self._wake:
             if not self.scheduler.add(seq):
                 return False
@@ -130,6 +144,17 @@ class Engine:
     @property
     def running(self) -> int:
         return len(self.scheduler.running)
+
+    def kv_snapshot(self) -> dict:
+        """The KV pool and prefix cache figures, read under the engine's lock."""
+        b = self.blocks
+        with self._wake:
+            return {"kv_pool_bytes": self.kv.nbytes, "kv_blocks_total": b.num_blocks,
+                    "kv_blocks_used": b.used_blocks, "kv_block_size": b.block_size,
+                    "kv_pool_tokens": b.pool_tokens, "kv_cache_usage": b.usage,
+                    "prefix_caching": b.prefix_caching, "prefix_cache_queries": b.queries,
+                    "prefix_cache_hits": b.hits, "prompt_tokens_cached": b.hits,
+                    "requests_waiting_for_kv": self.scheduler.waiting_for_kv}
 
     def _loop(self) -> None:
         while True:
@@ -160,9 +185,11 @@ class Engine:
         marks = [time.perf_counter()]  # start, hashed, computed, sampled, emitted
         if step.prefill is not None:
             seqs, phase = [step.prefill], "prefill"
-            inputs = step.prefill.prompt
-            rows = self.geometry.row_ids(np.asarray(inputs), len(inputs))
-            positions = list(range(len(inputs)))
+            prompt, cached = step.prefill.prompt, step.prefill.cached_tokens
+            inputs = prompt[cached:]  # the cached prefix's KV is already in its blocks
+            # the suffix's rows, hashed with the real tokens before them
+            rows = self.geometry.row_ids(np.asarray(prompt), len(inputs))
+            positions = list(range(cached, len(prompt)))
         else:
             seqs, phase = step.decode, "decode"
             history = self.geometry.history + 1
@@ -174,9 +201,9 @@ class Engine:
         rows_for = self._rows_for(rows, phase, waits)
         tokens = torch.tensor(inputs, device=self.device)
         pos = torch.tensor(positions, device=self.device)
-        slots = torch.tensor([s.slot for s in seqs], device=self.device)
+        tables = block_tables([s.block_table for s in seqs], self.device)
         marks.append(time.perf_counter())
-        logits = self.model(tokens, pos, slots, self.cache, rows_for, phase == "prefill")
+        logits = self.model(tokens, pos, tables, self.kv, rows_for, phase == "prefill")
         self._sync()
         marks.append(time.perf_counter())
         if self._replay is not None:
@@ -185,6 +212,8 @@ class Engine:
             next_ids = [self._sample(s, logits[i]) for i, s in enumerate(seqs)]
         marks.append(time.perf_counter())
         with self._wake:
+            if step.prefill is not None:
+                self.scheduler.prefilled(step.prefill)
             for seq, token in zip(seqs, next_ids, strict=True):
                 self._emit(seq, token)
         marks.append(time.perf_counter())

@@ -64,6 +64,8 @@ COUNTERS: dict[str, str] = {
     "blockdev_busy_ms": "time the table's block device had any I/O in flight (sysfs)",
     "requests_finished": "requests finished",
     "requests_cancelled": "requests cancelled by their client",
+    "prefix_cache_queries": "prompt tokens looked up in the prefix cache",
+    "prefix_cache_hits": "prompt tokens found in the prefix cache",
 }
 
 GAUGES: dict[str, str] = {
@@ -80,14 +82,30 @@ GAUGES: dict[str, str] = {
     "major_faults_per_token": "major page faults per token since serving began",
     "stall_fraction": "share of step time blocked on Engram rows",
     "page_hit_rate": "1 - pages read from disk (kernel) / pages the gathers touched",
-    "requests_waiting": "requests waiting for a running slot",
+    "requests_waiting": "requests waiting to be admitted (for a running slot or KV blocks)",
+    "requests_waiting_for_kv": "waiting requests a free running slot would take, blocked by KV",
     "running_requests": "requests running",
+    "kv_pool_bytes": "KV pool size (keys and values, every layer)",
+    "kv_blocks_total": "KV pool blocks",
+    "kv_blocks_used": "KV pool blocks referenced by requests",
+    "kv_block_size": "tokens per KV block",
+    "kv_pool_tokens": "tokens the KV pool holds",
 }
 
 # vLLM's name -> (the stats key, help)
 VLLM_GAUGES: dict[str, tuple[str, str]] = {
     "vllm:num_requests_running": ("running_requests", "requests running"),
-    "vllm:num_requests_waiting": ("requests_waiting", "requests waiting for a running slot"),
+    "vllm:num_requests_waiting": ("requests_waiting",
+                                  "requests waiting to be admitted (running slot or KV blocks)"),
+    "vllm:kv_cache_usage_perc": ("kv_cache_usage", "KV-cache usage: 1 means 100 percent"),
+}
+VLLM_COUNTERS: dict[str, tuple[str, str]] = {
+    "vllm:prefix_cache_queries": ("prefix_cache_queries",
+                                  "prefix cache queries, in terms of prompt tokens queried"),
+    "vllm:prefix_cache_hits": ("prefix_cache_hits",
+                               "prefix cache hits, in terms of prompt tokens cached"),
+    "vllm:prompt_tokens_cached": ("prompt_tokens_cached",
+                                  "prompt tokens whose KV came from the prefix cache"),
 }
 HISTOGRAMS_KEY = "latency_histograms"
 
@@ -126,9 +144,24 @@ class _Snapshot(Collector):
         stats = self._stats
         model = [str(stats["model"])]
         for name, (key, doc) in VLLM_GAUGES.items():
+            if stats.get(key) is None:
+                continue
             gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
             gauge.add_metric(model, stats[key])
             yield gauge
+        for name, (key, doc) in VLLM_COUNTERS.items():
+            if stats.get(key) is None:
+                continue
+            counter = CounterMetricFamily(name, doc, labels=["model_name"])
+            counter.add_metric(model, stats[key])
+            yield counter
+        if stats.get("kv_blocks_total") is not None:
+            info = GaugeMetricFamily("vllm:cache_config_info", "information of the cache config",
+                                     labels=["block_size", "num_gpu_blocks",
+                                             "enable_prefix_caching"])
+            info.add_metric([str(stats["kv_block_size"]), str(stats["kv_blocks_total"]),
+                             str(bool(stats["prefix_caching"]))], 1)
+            yield info
         for name, snapshot in stats[HISTOGRAMS_KEY].items():
             histogram = HistogramMetricFamily(name, HISTOGRAMS[name][0], labels=["model_name"])
             histogram.add_metric(model, list(snapshot["buckets"].items()), snapshot["sum"])

@@ -1,4 +1,4 @@
-"""The bundled decoder: RMSNorm, rotary attention over a preallocated KV cache, MLP, and
+"""The bundled decoder: RMSNorm, rotary attention over a paged KV pool, MLP, and
 Engram layers that add gated table rows to the residual stream.
 
 As in DeepSeek's reference, an Engram layer's block starts with it: h = engram(h, rows), then
@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from runners.engram.config import ModelConfig
+from runners.engram.kv_blocks import BLOCK_SIZE
 
 # layer index -> uint8 [tokens, rows, row_values + scale_bytes]: FP8 values, then exponents
 RowsFor = Callable[[int], torch.Tensor]
@@ -101,37 +102,42 @@ class EngramLM(nn.Module):
         return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor,
-                cache: KVCache, rows_for: RowsFor, prefill: bool) -> torch.Tensor:
-        """Decode: tokens/pos/slots are [B] (one new token per sequence). Prefill: one
-        sequence, tokens/pos [T], slots [1]. Returns logits of each sequence's last token."""
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, tables: torch.Tensor,
+                kv: PagedKV, rows_for: RowsFor, prefill: bool) -> torch.Tensor:
+        """Decode: tokens/pos are [B] (one new token per sequence), tables [B, blocks].
+        Prefill: one sequence, tokens/pos [T] (positions continuing any cached prefix: the
+        prefix's KV is read from its blocks, not computed), tables [1, blocks]. Returns the
+        logits of each sequence's last token."""
         cfg = self.cfg
         h = self.embed(tokens)
         n_tok = tokens.shape[0]
-        lengths = pos + 1 if not prefill else None
+        bs = kv.block_size
+        # where each new token's K/V goes, and where each sequence's context is read from
+        write = tables[0, pos // bs] * bs + pos % bs if prefill else (
+            tables[torch.arange(n_tok, device=pos.device), pos // bs] * bs + pos % bs)
+        span = int(pos[-1]) + 1 if prefill else int(pos.max()) + 1
+        ctx = torch.arange(span, device=pos.device)
+        read = tables[:, ctx // bs] * bs + ctx % bs  # [B, span] (B = 1 for a prefill)
+        first = int(pos[0])  # a prefill after a cached prefix starts past 0
         for i, block in enumerate(self.blocks):
             if i in cfg.engram_layers:
                 h = self.engrams[str(i)](h, rows_for(i))
             x = rms_norm(h, block.attn_norm)
             q, k, v = block.qkv(x).view(n_tok, 3, cfg.n_heads, cfg.head_dim).unbind(1)
             q, k = self._rope(q, pos), self._rope(k, pos)
+            k_flat, v_flat = kv.layer(i)
+            k_flat[write] = k
+            v_flat[write] = v
+            keys = k_flat[read].transpose(1, 2)  # [B, H, S, D]
+            vals = v_flat[read].transpose(1, 2)
             if prefill:
-                cache.k[i, slots[0], pos] = k
-                cache.v[i, slots[0], pos] = v
-                keys = cache.k[i, slots[0], : int(pos[-1]) + 1].transpose(0, 1)
-                vals = cache.v[i, slots[0], : int(pos[-1]) + 1].transpose(0, 1)
                 att = F.scaled_dot_product_attention(
-                    q.transpose(0, 1), keys, vals, is_causal=pos[0] == 0 and n_tok > 1,
-                    attn_mask=None if pos[0] == 0 else _prefix_mask(pos, keys.shape[1]),
+                    q.transpose(0, 1), keys[0], vals[0], is_causal=first == 0 and n_tok > 1,
+                    attn_mask=None if first == 0 else _prefix_mask(pos, span),
                 )
                 att = att.transpose(0, 1).reshape(n_tok, cfg.d_model)
             else:
-                cache.k[i, slots, pos] = k
-                cache.v[i, slots, pos] = v
-                span = int(lengths.max())
-                keys = cache.k[i, slots, :span].transpose(1, 2)  # [B, H, S, D]
-                vals = cache.v[i, slots, :span].transpose(1, 2)
-                mask = torch.arange(span, device=pos.device)[None, :] < lengths[:, None]
+                mask = ctx[None, :] <= pos[:, None]
                 att = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals,
                                                      attn_mask=mask[:, None, None, :])
                 att = att.reshape(n_tok, cfg.d_model)
@@ -147,13 +153,38 @@ def _prefix_mask(pos: torch.Tensor, span: int) -> torch.Tensor:
     return torch.arange(span, device=pos.device)[None, :] <= pos[:, None]
 
 
-class KVCache:
-    """Preallocated keys and values: [layers, slots, max_seq, heads, head_dim]."""
+def kv_bytes_per_token(cfg: ModelConfig) -> int:
+    """Keys and values of one token, every layer, fp32."""
+    return 2 * cfg.n_layers * cfg.d_model * 4
 
-    def __init__(self, cfg: ModelConfig, slots: int, device: torch.device) -> None:
-        shape = (cfg.n_layers, slots, cfg.max_seq, cfg.n_heads, cfg.head_dim)
+
+class PagedKV:
+    """The KV pool: keys and values [layers, num_blocks, block_size, heads, head_dim], fp32,
+    allocated (and zeroed, so the memory is really taken) at start. Sequences address it
+    through block tables (kv_blocks.py)."""
+
+    def __init__(self, cfg: ModelConfig, num_blocks: int, device: torch.device,
+                 block_size: int = BLOCK_SIZE) -> None:
+        shape = (cfg.n_layers, num_blocks, block_size, cfg.n_heads, cfg.head_dim)
+        self.block_size = block_size
+        self.num_blocks = num_blocks
         self.k = torch.zeros(shape, device=device)
         self.v = torch.zeros(shape, device=device)
+
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer i's keys and values as [num_blocks * block_size, heads, head_dim] views."""
+        return self.k[i].flatten(0, 1), self.v[i].flatten(0, 1)
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+
+def block_tables(tables: list[list[int]], device: torch.device) -> torch.Tensor:
+    """Per-sequence block ids, padded with block 0 (masked out) to one width."""
+    width = max(len(t) for t in tables)
+    return torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long,
+                        device=device)
 
 
 def load_model(cfg: ModelConfig, weights_dir: Path, device: torch.device) -> EngramLM:

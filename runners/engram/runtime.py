@@ -14,7 +14,8 @@ from runners.engram.config import ModelConfig, preset
 from runners.engram.engine import DECODE_MODES, Engine
 from runners.engram.exposition import exposition
 from runners.engram.geometry import EngramGeometry
-from runners.engram.model import load_model
+from runners.engram.kv_blocks import BLOCK_SIZE, blocks_for
+from runners.engram.model import kv_bytes_per_token, load_model
 from runners.engram.request_log import RequestLog
 from runners.engram.serving import Serving
 from runners.engram.table_store import (
@@ -28,9 +29,11 @@ from runners.engram.table_store import (
     open_store,
 )
 from runners.engram.tokenizer import EngramTokenizer
-from runners.sizing import fits_placement
+from runners.profiles import UnknownDevice, profile
+from runners.sizing import bundled_kv_pool_bytes, fits_placement
 
 GIB = 2**30
+FALLBACK_KV_TOKENS = 1024  # per running request, where the device publishes no KV pool
 
 
 class ServerConfigError(ValueError):
@@ -55,6 +58,9 @@ class ServerOptions:
     prefetch: bool = True
     results_dir: Path = Path("results")
     request_log: Path | None = None  # one JSON line per finished request (request_log.py)
+    device_profile: str | None = None  # its published KV pool figures size the pool
+    kv_pool_gib: float | None = None  # explicit KV pool size (overrides the device's)
+    prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -79,6 +85,8 @@ class ServerOptions:
             raise ServerConfigError(f"--page-reads must be one of {', '.join(PAGE_READS)}")
         if self.decode not in DECODE_MODES:
             raise ServerConfigError(f"--decode must be one of {', '.join(DECODE_MODES)}")
+        if self.kv_pool_gib is not None and self.kv_pool_gib <= 0:
+            raise ServerConfigError("--kv-pool-gb must be positive")
 
 
 def free_ram_bytes() -> int:
@@ -113,6 +121,13 @@ class Runtime:
         else:
             budget, source = free_ram_bytes(), "free RAM"
         check_fits(options.placement, table_bytes, budget, source)
+        self.kv_pool_bytes, self.kv_pool_source = self._kv_pool(table_bytes)
+        block_bytes = BLOCK_SIZE * kv_bytes_per_token(self.cfg)
+        if self.kv_pool_bytes < block_bytes:
+            raise ServerConfigError(
+                f"a KV pool of {self.kv_pool_bytes:,} bytes ({self.kv_pool_source}) is smaller "
+                f"than one {BLOCK_SIZE}-token block of {self.cfg.name} ({block_bytes:,} bytes); "
+                "raise --kv-pool-gb or --table-size-gb")
         self.request_log = self._open_request_log()  # a bad path fails before the table work
         self.tokenizer = EngramTokenizer()
         self.geometry = EngramGeometry(
@@ -139,12 +154,43 @@ class Runtime:
         model = load_model(self.cfg, options.results_dir / "weights", self.device)
         self.engine = Engine(model, self.geometry, self.store, self.tokenizer.eos_id,
                              options.max_running, options.max_waiting, options.prefetch,
-                             options.decode)
+                             options.decode, kv_blocks=self.kv_pool_bytes // block_bytes,
+                             prefix_caching=options.prefix_caching)
         self.serving = Serving(self.engine, self.tokenizer, self.cfg.name, self.request_log)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self._block_stat = kernel.block_stat_path(str(self.table.path))
         self._started = time.monotonic()
         self._kernel_at_start = (kernel.disk_read_bytes(), kernel.page_faults()[0])
+
+    def _kv_pool(self, table_bytes: int) -> tuple[int, str]:
+        """The KV pool's bytes and where the figure came from: --kv-pool-gb, else the device's
+        published pool scaled like the table (sizing.bundled_kv_pool_bytes), else room for
+        every running request at 1,024 tokens (the short-prompt workload; at least one request
+        at full context), so a device without published pools does not pin GiBs of KV."""
+        o = self.options
+        if o.kv_pool_gib is not None:
+            return int(o.kv_pool_gib * GIB), "--kv-pool-gb"
+        if o.device_profile is not None:
+            try:
+                prof = profile(o.device_profile)
+            except UnknownDevice as exc:
+                raise ServerConfigError(str(exc)) from None
+            scaled = bundled_kv_pool_bytes(prof, o.placement, table_bytes)
+            if scaled is not None:
+                return scaled, f"{prof.name}'s published {o.placement} pool, scaled like the table"
+        per_request = min(self.cfg.max_seq, FALLBACK_KV_TOKENS)
+        tokens = max(o.max_running * per_request, self.cfg.max_seq)
+        return (tokens * kv_bytes_per_token(self.cfg),
+                f"{o.max_running} running requests x {per_request} tokens")
+
+    def describe_kv(self) -> str:
+        """One line for the start-up log: the KV pool and what it holds."""
+        b = self.engine.blocks
+        return (f"KV pool {self.engine.kv.nbytes / GIB:.3f} GiB ({self.kv_pool_source}): "
+                f"{b.num_blocks:,} blocks of {b.block_size} = {b.pool_tokens:,} tokens, "
+                f"room for {b.num_blocks // blocks_for(self.cfg.max_seq)} requests at the "
+                f"full {self.cfg.max_seq}-token context; prefix caching "
+                f"{'on' if b.prefix_caching else 'off'}")
 
     def _table_budget(self) -> int:
         """nvme: the device's share of the table (or --page-cache-gb), at least one decode
@@ -247,6 +293,7 @@ class Runtime:
             "major_faults_per_token": per_token(major - major0),
             "stall_fraction": wait / e.step_ms if e.step_ms else None,
             "page_hit_rate": hit_rate,
+            **self.engine.kv_snapshot(),
             "requests_waiting": self.engine.queue_depth,
             "running_requests": self.engine.running,
             "requests_finished": e.requests_finished,

@@ -88,6 +88,12 @@ class Serving:
         if len(ids) + max_tokens > self.max_seq:
             raise APIError(400, f"max_tokens {max_tokens} plus the {len(ids)}-token prompt "
                            f"exceeds the {self.max_seq}-token context", param="max_tokens")
+        blocks = self.engine.blocks
+        if not blocks.fits_pool(len(ids) + max_tokens):
+            raise APIError(400, f"the request needs KV cache for {len(ids) + max_tokens} tokens "
+                           f"({len(ids)} prompt + {max_tokens} max_tokens) but this server's "
+                           f"whole KV pool holds {blocks.pool_tokens} tokens",
+                           param="max_tokens")
         params = SamplingParams(max_tokens=max_tokens, min_tokens=min(req.min_tokens, max_tokens),
                                 ignore_eos=req.ignore_eos, temperature=req.temperature,
                                 top_p=req.top_p, seed=req.seed)
@@ -138,7 +144,8 @@ class Serving:
 
     def usage(self, seq: Sequence) -> dict:
         return {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
-                "total_tokens": seq.length}
+                "total_tokens": seq.length,
+                "prompt_tokens_details": {"cached_tokens": seq.cached_tokens}}
 
     def _written(self, call: Call, piece: Piece) -> None:
         if piece.text:
@@ -153,7 +160,8 @@ class Serving:
                 "received": t.received, "admitted": t.admitted, "first_token": t.first_token,
                 "last_token": t.last_token, "finished": t.finished,
                 "prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
-                "status": call.status, "finish_reason": call.finish_reason})
+                "cached_tokens": seq.cached_tokens, "status": call.status,
+                "finish_reason": call.finish_reason})
 
     async def stream(self, call: Call) -> AsyncIterator[bytes]:
         req, seq = call.req, call.seq

@@ -33,10 +33,13 @@ def kv_cache_bytes(max_num_seqs: int) -> int:
 
 def server_args(max_num_seqs: int) -> tuple[str, ...]:
     """The vLLM flags a run stores; eager mode starts fastest on CPU (no compile, and with an
-    explicit KV-cache size vLLM skips its warm-up pass)."""
+    explicit KV-cache size vLLM skips its warm-up pass). Prefix caching on, and its cached
+    prompt tokens reported in usage (prompt_tokens_details.cached_tokens), as the bundled
+    Engram server does."""
     return (MARK, "--max-num-seqs", str(max_num_seqs),
             "--kv-cache-memory-bytes", str(kv_cache_bytes(max_num_seqs)),
-            "--dtype", "bfloat16", "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager")
+            "--dtype", "bfloat16", "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
+            "--enable-prefix-caching", "--enable-prompt-tokens-details")
 
 
 def is_vllm(args: Sequence[str]) -> bool:

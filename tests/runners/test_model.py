@@ -5,7 +5,7 @@ import torch
 
 from runners.engram.config import preset
 from runners.engram.geometry import EngramGeometry
-from runners.engram.model import EngramLM, KVCache
+from runners.engram.model import EngramLM, PagedKV
 
 DEEPSEEK = dict(layers=(1, 14), orders=(2, 3, 4), heads=8, row_bytes=256)
 
@@ -37,8 +37,8 @@ def test_the_engram_layer_comes_before_the_attention_of_its_block(model):
     rows = {layer: random_rows(len(tokens), cfg, layer) for layer in cfg.engram_layers}
 
     def logits(rows_by_layer):
-        cache = KVCache(cfg, 1, torch.device("cpu"))
-        return model(tokens, torch.arange(len(tokens)), torch.tensor([0]), cache,
+        kv = PagedKV(cfg, 1, torch.device("cpu"))
+        return model(tokens, torch.arange(len(tokens)), torch.tensor([[0]]), kv,
                      rows_by_layer.__getitem__, True)
 
     changed = dict(rows)

@@ -1,3 +1,4 @@
+from runners.engram.kv_blocks import BlockManager
 from runners.engram.scheduler import SamplingParams, Scheduler, Sequence
 
 
@@ -6,7 +7,7 @@ def seq(name: str) -> Sequence:
 
 
 def test_prefill_one_at_a_time_then_decode_together():
-    s = Scheduler(max_running=2, max_waiting=4)
+    s = Scheduler(max_running=2, max_waiting=4, blocks=BlockManager(8))
     a, b, c = seq("a"), seq("b"), seq("c")
     assert all(s.add(x) for x in (a, b, c))
     step = s.schedule()
@@ -17,11 +18,11 @@ def test_prefill_one_at_a_time_then_decode_together():
     step = s.schedule()  # c waits: no free slot
     assert step.prefill is None and step.decode == [a, b]
     s.finish(a, "length")
-    assert s.schedule().prefill is c and c.slot == a.slot
+    assert s.schedule().prefill is c and c.block_table
 
 
 def test_bounded_queue_and_cancel_frees_the_slot_at_once():
-    s = Scheduler(max_running=1, max_waiting=1)
+    s = Scheduler(max_running=1, max_waiting=1, blocks=BlockManager(8))
     a, b, c = seq("a"), seq("b"), seq("c")
     assert s.add(a)
     assert s.schedule().prefill is a
