@@ -44,7 +44,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(CACHE_STATE),--cache-state $(CACHE_STATE)) $(if $(PROMPTS),--prompts "$(PROMPTS)") \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-vllm lint bench bench-harness bench-offload bench-streams bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-vllm lint bench bench-harness bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,9 @@ bench: $(STAMP)
 
 bench-harness: $(STAMP)
 	$(BIN)/python benchmarks/harness_accuracy.py
+
+bench-kv-tradeoff: $(STAMP)
+	$(BIN)/python benchmarks/kv_tradeoff.py
 
 bench-offload: $(STAMP)
 	$(BIN)/python benchmarks/offload.py

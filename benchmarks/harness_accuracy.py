@@ -14,6 +14,9 @@ drift hits all alike):
 - `harness+scrape`: the harness with the server's Prometheus /metrics scraped every 0.5 s
   by its separate scraper process (bar off), as every run against a server with /metrics
   does by default;
+- `harness-users`: the harness in `--mode users --profile chat` with C users (bar and scraper
+  off): each user thinks ~3x its last request between requests (seeded exponential), so the
+  server sees ~C/4 of them at once; its TTFT bias has the harness's targets too;
 - `bar-thread`: the same with the bar drawn as it was before, by rich's refresh thread (10
   frames/s) inside the timing process: what moving it out changed;
 - `httpx`, `aiohttp`: a plain streaming client written with that library
@@ -69,9 +72,10 @@ from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
 BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
-ARMS = ("harness", "harness+bar", "harness+scrape", "bar-thread", "httpx", "aiohttp")
+ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users", "bar-thread", "httpx",
+        "aiohttp")
 # the targets are the harness's; the rest is context
-HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape")
+HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users")
 # rate mode: p99 send lag (actual - scheduled) at this many requests/s; other rates are context
 LAG_TARGET_RATE, LAG_TARGET_MS = 50.0, 2.0
 MODEL = "mock-model"
@@ -185,9 +189,12 @@ class _ThreadBar(LevelProgress):
 # -- the harness ----------------------------------------------------------------------------
 
 async def _harness(url: str, c: int, args: argparse.Namespace, store: Store,
-                   progress: LevelProgress, scrape: bool = False) -> Measured:
+                   progress: LevelProgress, scrape: bool = False,
+                   users: bool = False) -> Measured:
+    """One level through `execute`: C closed workers, or (users) C chat users."""
     config = RunConfig(url=url, model=MODEL, levels=(c,), rounds=args.rounds,
-                       output_tokens=args.tokens, warmup=4, server_metrics=scrape)
+                       output_tokens=args.tokens, warmup=4, server_metrics=scrape,
+                       mode="users" if users else "closed", profile="chat" if users else "")
     result = await execute(config, Endpoint(url), store, progress, new_run_id())
     if scrape:
         assert store.server_metrics(result.run_id), "the scraper stored no server metrics"
@@ -341,9 +348,10 @@ async def _measure(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
         store.initialise()
         for i, c in enumerate(levels):
             for arm in arms[i % len(arms):] + arms[:i % len(arms)]:
-                if arm in ("harness", "harness+scrape"):
+                if arm in ("harness", "harness+scrape", "harness-users"):
                     m = await _harness(url, c, args, store, LevelProgress(enabled=False),
-                                       scrape=arm == "harness+scrape")
+                                       scrape=arm == "harness+scrape",
+                                       users=arm == "harness-users")
                 elif arm in ("harness+bar", "bar-thread"):
                     progress = _MeteredBar(file=tty) if arm == "harness+bar" else _ThreadBar(tty)
                     assert progress.live, "the bar must draw on the pseudo-terminal"

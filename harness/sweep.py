@@ -52,10 +52,12 @@ class LevelOutcome:
     records: list[RequestRecord]
     cpu_s: float
     rate: float | None = None
+    unstored_chunks: int = 0  # users mode: of the lead-in and load-keeping requests
 
     @property
     def chunks(self) -> int:
-        return sum(r.chunks for r in self.records)
+        """Every chunk the harness read over the level, what `cpu_s` was spent on."""
+        return sum(r.chunks for r in self.records) + self.unstored_chunks
 
 
 def calibration_ordinal(sample: int) -> int:
@@ -101,6 +103,7 @@ class Sweep:
         self._warmup_ordinal = total
         self._extra_base = total + config.warmup  # levels the Max C search adds start here
         self._typical_latency_s = 0.0  # the last level's mean request: users' first think
+        self._unstored_chunks = 0
 
     def _request(self, c: int, rnd: int, worker: int, ordinal: int,
                  tag: str = "", repeat: int = 0,
@@ -199,6 +202,7 @@ class Sweep:
     ) -> LevelOutcome:
         """The rounds of one pass (`repeat`) over level C."""
         await self.pool.warm(c)  # connections open before the clock starts
+        self._unstored_chunks = 0
         cpu0 = time.process_time()
         if self.config.mode == "burst":
             records = await self._burst(c, rounds, commit, on_record, repeat)
@@ -207,7 +211,8 @@ class Sweep:
         latencies = [r.latency_ms for r in records if r.latency_ms]
         if latencies:
             self._typical_latency_s = sum(latencies) / len(latencies) / 1000
-        return LevelOutcome(c, records, time.process_time() - cpu0)
+        return LevelOutcome(c, records, time.process_time() - cpu0,
+                            unstored_chunks=self._unstored_chunks)
 
     async def _closed(self, c: int, rounds: Sequence[int], commit: Commit,
                       on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
@@ -231,6 +236,7 @@ class Sweep:
                 cycle = self._typical_latency_s + think.mean_s(self._typical_latency_s)
                 await asyncio.sleep(rng.uniform(0, cycle))
                 lead = await self._one(c, 0, w, ordinal=FILLER_ORDINAL + 1 + w, tag="-lead")
+                self._unstored_chunks += lead.chunks
                 await asyncio.sleep(think.draw(rng, (lead.latency_ms or 0.0) / 1000))
             last_s = 0.0
             for rnd in rounds:
@@ -269,6 +275,7 @@ class Sweep:
         for k in itertools.count():
             await asyncio.sleep(pause)
             record = await self._one(c, k, w, ordinal=FILLER_ORDINAL - k * c - w, tag="-load")
+            self._unstored_chunks += record.chunks
             pause = think.draw(rng, (record.latency_ms or 0.0) / 1000)
 
     async def _burst(self, c: int, rounds: Sequence[int], commit: Commit,

@@ -11,6 +11,7 @@ import pytest
 
 from harness.metrics import stats_by_level
 from harness.store import Store, StoreError
+from harness.users import duty_cycle
 from tests.harness.fixtures import make_records
 
 
@@ -48,6 +49,28 @@ def test_levels_view_matches_metrics(store):
                      "p50_tps", "p10_tps", "p1_tps", "mean_output_tokens", "mean_prompt_tokens",
                      "throughput_tps"):
             assert row[name] == pytest.approx(getattr(stats, name), rel=1e-6), name
+
+
+def test_levels_view_duty_cycle_and_turns_match_python(store):
+    records = make_records()
+    for i, r in enumerate(records):
+        r.think_ms = None if r.round == 2 else 40.0 + 7 * i  # the last round: no think
+        r.turn = r.round + 1
+        r.cached_tokens = 16 * r.round
+    store.write_requests("run-a", records)
+    by_level = {row["concurrency"]: row for row in store.levels("run-a")}
+    for c in (1, 2, 4):
+        mine = [r for r in records if r.concurrency == c]
+        assert by_level[c]["duty_cycle"] == pytest.approx(duty_cycle(mine), rel=1e-9)
+    rows = store.turns("run-a")
+    assert {(t["concurrency"], t["turn"]) for t in rows} == {(c, t) for c in (1, 2, 4)
+                                                             for t in (1, 2, 3)}
+    ok = [r for r in records if r.ok and r.concurrency == 4 and r.turn == 3]
+    row = next(t for t in rows if (t["concurrency"], t["turn"]) == (4, 3))
+    assert row["mean_cached_tokens"] == pytest.approx(
+        sum(r.cached_tokens for r in ok) / len(ok))
+    back = {r.request_id: r for r in store.requests("run-a")}
+    assert all(back[r.request_id].think_ms == r.think_ms for r in records)
 
 
 def test_run_lifecycle_and_latest(store):

@@ -195,3 +195,30 @@ def test_a_sweep_calibrates_prompts_and_stores_server_metrics(vllm, tmp_path, ap
         assert 0 < got[(c, "vllm:kv_cache_usage_perc", "max")] <= 1
         assert got[(c, "vllm:time_to_first_token_seconds", "count")] == 4 * c  # the level's
         assert got[(c, "vllm:time_to_first_token_seconds", "p50")] > 0
+
+
+def test_multi_turn_sessions_store_vllms_cached_prompt_tokens(vllm, tmp_path):
+    """With prefix caching on (as runners.vllm starts it), each turn resends the conversation,
+    vLLM reuses its cached blocks and says so in usage.prompt_tokens_details, and the context
+    limit (max_model_len) is checked before anything is sent."""
+    db = tmp_path / "t.duckdb"
+    proc = run_cli("run", "--url", vllm.url, "--levels", "2", "--rounds", "3", "--turns", "3",
+                   "--input-tokens", "96", "--output-tokens", "32", "--db", str(db), "--json",
+                   "--no-progress", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    turns = summary["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert turns[0]["mean_prompt_tokens"] < turns[1]["mean_prompt_tokens"] \
+        < turns[2]["mean_prompt_tokens"]
+    assert 0 < turns[1]["mean_cached_tokens"] < turns[2]["mean_cached_tokens"]
+    assert turns[2]["mean_cached_tokens"] <= turns[2]["mean_prompt_tokens"]
+    with duckdb.connect(str(db), read_only=True) as con:
+        cached = con.execute("SELECT sum(value) FROM server_metrics WHERE run_id = ? AND name "
+                             "= 'vllm:prompt_tokens_cached_total' AND stat = 'delta'",
+                             [summary["run_id"]]).fetchone()[0]
+    assert cached and cached > 0  # the server's own counter agrees that it reused tokens
+    too_long = run_cli("run", "--url", vllm.url, "--levels", "1", "--rounds", "1",
+                       "--input-tokens", "1000", "--db", str(db), "--no-progress")
+    assert too_long.returncode == 2
+    assert "above the server's 1024-token context" in too_long.stderr
