@@ -203,7 +203,7 @@ def test_multi_turn_sessions_store_vllms_cached_prompt_tokens(vllm, tmp_path):
     limit (max_model_len) is checked before anything is sent."""
     db = tmp_path / "t.duckdb"
     proc = run_cli("run", "--url", vllm.url, "--levels", "2", "--rounds", "3", "--turns", "3",
-                   "--input-tokens", "96", "--output-tokens", "32", "--db", str(db), "--json",
+                   "--input-tokens", "200", "--output-tokens", "24", "--db", str(db), "--json",
                    "--no-progress", timeout=300)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -211,8 +211,10 @@ def test_multi_turn_sessions_store_vllms_cached_prompt_tokens(vllm, tmp_path):
     assert [t["turn"] for t in turns] == [1, 2, 3]
     assert turns[0]["mean_prompt_tokens"] < turns[1]["mean_prompt_tokens"] \
         < turns[2]["mean_prompt_tokens"]
-    assert 0 < turns[1]["mean_cached_tokens"] < turns[2]["mean_cached_tokens"]
-    assert turns[2]["mean_cached_tokens"] <= turns[2]["mean_prompt_tokens"]
+    # vLLM caches whole blocks (their size is in vllm:cache_config_info): each turn reuses
+    # the blocks the turn before it filled, so the cached share grows with the conversation
+    cached = [t["mean_cached_tokens"] for t in turns]
+    assert cached[0] == 0 < cached[1] < cached[2] < turns[2]["mean_prompt_tokens"], turns
     with duckdb.connect(str(db), read_only=True) as con:
         cached = con.execute("SELECT sum(value) FROM server_metrics WHERE run_id = ? AND name "
                              "= 'vllm:prompt_tokens_cached_total' AND stat = 'delta'",
