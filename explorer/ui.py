@@ -102,7 +102,7 @@ def run_labels() -> dict[str, str]:
     for row in measured_runs().to_dict("records"):
         parts = [row["run_id"], row["device"] or "-", row["model"] or "-",
                  f"table {row['table_placement'] or '-'}"]
-        if row["label"]:
+        if isinstance(row["label"], str) and row["label"]:  # NULL (NaN here) when unset
             parts.append(row["label"])
         labels[row["run_id"]] = " · ".join(parts)
     for run_id in published()[0]["run_id"]:

@@ -67,7 +67,10 @@ else:
         st.plotly_chart(fig, width="stretch")
         diff = data.differences(levels, _clusters(str(path), version, tuple(selected)),
                                 selected[0])
-        tables.show(diff, data.DIFF_COLUMNS)
+        if user_runs == set(selected):  # users runs only: their levels are user counts
+            diff = diff.rename(columns={"concurrency": "users"})
+        tables.show(diff, [("users" if c == "concurrency" and "users" in diff else c)
+                           for c in data.DIFF_COLUMNS])
         st.caption("Intervals come from each run's repeats (`run --repeat N`): 95% bootstrap "
                    "over (repeat, round) clusters, or the range over repeats with fewer than 20 "
                    "clusters. \"within noise\": the interval spans 0. \"single run\": a run "

@@ -226,3 +226,19 @@ def test_level_title():
     assert charts.level_title(["a"], ()) == "concurrency C"
     assert charts.level_title(["a"], {"a"}) == "users U"
     assert charts.level_title(["a", "b"], {"a"}) == "concurrency C / users U"
+
+
+def test_compare_of_users_runs_only_names_its_levels_users(monkeypatch, users_db):
+    store = Store(users_db)
+    run = store.run(fixtures.USERS_RUN)
+    store.create_run("fixture-users-again", {k: run[k] for k in (
+        "device", "engine", "model", "table_placement", "mode", "levels", "rounds",
+        "input_tokens", "output_tokens", "config")})
+    store.write_requests("fixture-users-again", fixtures.users_records())
+    store.finish_run("fixture-users-again", "complete")
+    at = app(monkeypatch, users_db, "views/compare.py")
+    at.multiselect(key="compare_runs").set_value(
+        [fixtures.USERS_RUN, "fixture-users-again"]).run()
+    assert not at.exception, at.exception
+    diff = at.dataframe[0].value
+    assert "users" in diff.columns and "C" not in diff.columns
