@@ -24,6 +24,9 @@ CACHE_RATIO ?=
 PAGE_CACHE_GB ?=
 CACHE_STATE ?=
 PROMPTS ?=
+# mode users: chat or agentic; TURNS: requests per conversation (multi-turn sessions)
+PROFILE ?=
+TURNS  ?=
 # The CPU build of PyTorch (a file on this machine's disk); override on a CUDA host.
 TORCH  ?= torch==2.13.0
 RUN    ?=
@@ -42,6 +45,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(CACHE_RATIO),--cache-ratio $(CACHE_RATIO)) \
   $(if $(PAGE_CACHE_GB),--page-cache-gb $(PAGE_CACHE_GB)) \
   $(if $(CACHE_STATE),--cache-state $(CACHE_STATE)) $(if $(PROMPTS),--prompts "$(PROMPTS)") \
+  $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
 .PHONY: venv test test-vllm lint bench bench-harness bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean

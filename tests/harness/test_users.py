@@ -5,13 +5,14 @@ import json
 import math
 import random
 import statistics
+import subprocess
 
 import pytest
 
 from harness.records import RequestRecord
 from harness.store import Store
 from harness.users import PROFILE_DUTY, ThinkModel, UsersEstimate, duty_cycle, paired_closed_run
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 # A server whose first token waits 3 ms per request in flight (this one included), as when one
 # engine prefills every request in turn: closed, TTFT(C) ~ 3 C ms, so against a 100 ms target
@@ -149,3 +150,13 @@ def test_lengths_the_server_cannot_hold_are_refused_before_anything_is_stored(
                     "--turns", "3")
     assert turns.returncode == 2 and "x 3 turns" in turns.stderr
     assert not Store(db).runs()
+
+
+def test_make_bench_passes_the_users_profile_and_turns():
+    dry = subprocess.run(["make", "-n", "bench", "MODE=users", "PROFILE=agentic", "TURNS=3"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    line = next(x for x in dry.splitlines() if "engram-bench run" in x)
+    assert "--mode users" in line and "--profile agentic" in line and "--turns 3" in line
+    plain = subprocess.run(["make", "-n", "bench"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout
+    assert "--profile" not in plain and "--turns" not in plain
