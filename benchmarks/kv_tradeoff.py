@@ -110,8 +110,9 @@ def report(store: Store, runs: dict[int, dict[str, str]], args: argparse.Namespa
             print(f"{prompt:>6} {arm:<7} {pool:>9,} {fit:>4} {waiting:>8.0f}  "
                   f"{ttft_max:>9.0f}ms  {levels}   {cap.max_c}")
             summary[prompt, arm] = cap.max_c
-    print("(* fails the targets; fit: requests of this length the KV pool holds at once; "
-          "max wait: most requests waiting at the server during a level)")
+    print("(* fails the targets; KV pool: the server's /stats; fit: its blocks over the blocks "
+          "one request of this length reserves (arithmetic); max wait: the most requests "
+          "/metrics showed waiting during a level)")
     for prompt in runs:
         mem, nvme = summary[prompt, "device"], summary[prompt, "nvme"]
         verdict = ("NVMe wins" if nvme > mem else "memory wins" if mem > nvme else "a tie")

@@ -22,7 +22,7 @@ from harness.confidence import difference_of_clusters, interval_of_clusters
 from harness.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
 from harness.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.store import DEFAULT_DB, Store
-from harness.users import PROFILE_DUTY, UsersEstimate, paired_closed_run
+from harness.users import UsersEstimate, estimate_factor, paired_closed_run
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
 PUBLISHED = "published"
@@ -419,18 +419,11 @@ GET_PAIRED_RUN = ("Run a closed `make bench` (--mode closed) with the same devic
 
 
 def users_factor(run: dict, duty: float | None, targets: Targets) -> tuple[float | None, str]:
-    """Users per Max C the estimate multiplies by, and how it reads: the published factor of
-    the run's profile (x 4 chat, x 1.5 agentic, as set on Capacity), else Max C over the
-    target duty cycle, else over the measured one (a fixed think time has no published
-    factor); (None, "") when none is known."""
-    profile = run.get("profile")
-    if profile in PROFILE_DUTY:
-        factor = targets.chat_factor if profile == "chat" else targets.agentic_factor
-        return factor, f"x {factor:g}"
-    for name, d in (("target duty", run.get("duty_target")), ("measured duty", duty)):
-        if d is not None and not pd.isna(d) and d > 0:
-            return 1 / float(d), f"/ {name} {float(d):.2f}"
-    return None, ""
+    """harness.users.estimate_factor for a runs-frame row (profile, duty_target) and the duty
+    cycle measured at Max users, with the factors set on the Capacity page."""
+    target = run.get("duty_target")
+    return estimate_factor(run.get("profile"), None if pd.isna(target) else target, duty,
+                           targets.chat_factor, targets.agentic_factor)
 
 
 def _duty_at(levels_frame: pd.DataFrame, run_id: str, users: int) -> float | None:

@@ -29,7 +29,7 @@ from harness.metrics import (
 from harness.records import RequestRecord
 from harness.search import SearchPlan, outcomes, plan
 from harness.store import Store
-from harness.users import PROFILE_DUTY, UsersEstimate, duty_cycle
+from harness.users import PROFILE_DUTY, UsersEstimate, duty_cycle, estimate_factor
 
 # Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
 FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
@@ -96,9 +96,8 @@ def _users(run: dict, levels: list[dict], records: Sequence[RequestRecord], targ
         row["duty_cycle"] = _round(duty_cycle(by_level.get(row["concurrency"], [])))
     max_users = max((row["concurrency"] for row in levels if row["passes"]), default=0)
     duty = next((row["duty_cycle"] for row in levels if row["concurrency"] == max_users), None)
-    factor = {"chat": targets.chat_factor, "agentic": targets.agentic_factor}.get(profile)
-    if factor is None and config.get("duty_cycle"):
-        factor = 1 / config["duty_cycle"]
+    factor, _ = estimate_factor(profile, config.get("duty_cycle"), duty, targets.chat_factor,
+                                targets.agentic_factor)
     estimate = UsersEstimate(max_users, duty, paired[1] if paired else None, factor or 0.0)
     return {
         "max_c": None, "chat_users": None, "agentic_users": None, "max_users": max_users,

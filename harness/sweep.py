@@ -107,15 +107,17 @@ class Sweep:
 
     def _request(self, c: int, rnd: int, worker: int, ordinal: int,
                  tag: str = "", repeat: int = 0,
-                 history: list[Turn] | None = None) -> tuple[bytes, RequestRecord]:
+                 history: list[Turn] | None = None) -> tuple[bytes, RequestRecord, str]:
+        """The request's bytes, its record, and its new message (a conversation keeps it)."""
         passes = f"-p{repeat}" if self.config.repeat > 1 else ""  # single runs keep old ids
         request_id = f"{self.run_id}{tag}-c{c}{passes}-r{rnd}-w{worker}"
         cfg = self.config
-        body = payload(cfg.api, cfg.model, self.prompts.text(request_id, ordinal),
-                       cfg.output_tokens, cfg.temperature, history=history or ())
+        text = self.prompts.text(request_id, ordinal)
+        body = payload(cfg.api, cfg.model, text, cfg.output_tokens, cfg.temperature,
+                       history=history or ())
         record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0, repeat=repeat,
                                turn=rnd % cfg.turns + 1)
-        return build_request(self.endpoint, body, request_id), record
+        return build_request(self.endpoint, body, request_id), record, text
 
     def schedule(self, rate: float) -> list[float]:
         """A rate level's send offsets (seconds from its start): the same on every resume."""
@@ -146,13 +148,12 @@ class Sweep:
             ordinal = self.ordinal(c, rnd, worker, repeat)
         if history is not None and rnd % self.config.turns == 0:
             history.clear()
-        request, record = self._request(c, rnd, worker, ordinal, tag, repeat, history)
+        request, record, said = self._request(c, rnd, worker, ordinal, tag, repeat, history)
         record = await stream_completion(self.pool, request, record, self.clock,
                                          self.config.request_timeout_s,
                                          self.config.stall_timeout_s,
                                          keep_text=history is not None)
         if history is not None:
-            said = self.prompts.text(record.request_id, ordinal)
             history.append((said, record.reply or ""))
         return record
 
@@ -161,7 +162,7 @@ class Sweep:
         return [] if self.config.turns > 1 else None
 
     def _rate_request(self, rate: float, k: int) -> tuple[bytes, RequestRecord]:
-        request, record = self._request(0, 0, k, self._rate_first[rate] + k, f"-q{rate:g}")
+        request, record, _ = self._request(0, 0, k, self._rate_first[rate] + k, f"-q{rate:g}")
         record.rate = rate
         return request, record
 

@@ -99,6 +99,21 @@ class UsersEstimate:
         return None if not self.max_c else self.max_users / self.max_c
 
 
+def estimate_factor(profile: str | None, duty_target: float | None,
+                    duty_measured: float | None, chat_factor: float,
+                    agentic_factor: float) -> tuple[float | None, str]:
+    """Users per Max C the estimate multiplies by, and how it reads: the published factor of
+    the profile (x 4 chat, x 1.5 agentic), else Max C over the target duty cycle, else over
+    the measured one (a fixed think time has no published factor); (None, "") when none."""
+    if profile in PROFILE_DUTY:
+        factor = chat_factor if profile == "chat" else agentic_factor
+        return factor, f"x {factor:g}"
+    for name, d in (("target duty", duty_target), ("measured duty", duty_measured)):
+        if d is not None and not math.isnan(d) and d > 0:
+            return 1 / float(d), f"/ {name} {float(d):.2f}"
+    return None, ""
+
+
 def paired_closed_run(runs: Sequence[dict], users_run: dict) -> dict | None:
     """The newest complete closed or burst run of the same setup (device, engine, model,
     placement, prompt and output tokens) as a users run: where its Max C comes from."""
