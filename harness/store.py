@@ -242,7 +242,7 @@ class Store:
         delay = 0.02
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     reason = str(exc).splitlines()[0]
@@ -251,6 +251,11 @@ class Store:
                 delay = min(delay * 2, 0.5)
             except duckdb.Error as exc:
                 raise StoreError(f"cannot open {self.path}: {str(exc).splitlines()[0]}") from None
+            else:
+                # DuckDB draws a progress bar on stdout for any query past 2 s, which would
+                # corrupt `--json` output and CSV written to stdout.
+                con.execute("SET enable_progress_bar = false")
+                return con
 
     @contextlib.contextmanager
     def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -187,3 +187,16 @@ def test_a_silent_resend_is_stored_and_exported(store, tmp_path):
     [_, path] = store.export(tmp_path / "out", "run-a", "csv")
     with open(path) as f:
         assert [row["retried"] for row in csv.DictReader(f)] == ["", "dropped", ""]
+
+
+def test_connections_never_draw_duckdbs_progress_bar(store):
+    """DuckDB draws a bar on stdout for queries past 2 s; under a loaded CI it landed in a
+    `run --json` summary. Checked in a fresh process: inside pytest DuckDB starts with the bar
+    off, and lowering the bar's delay to provoke it turns it back on."""
+    script = ("import sys; from harness.store import Store\n"
+              "with Store(sys.argv[1]).read_only() as con:\n"
+              "    query = \"SELECT current_setting('enable_progress_bar')\"\n"
+              "    print(con.execute(query).fetchone())")
+    proc = subprocess.run([sys.executable, "-c", script, str(store.path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.strip() == "(False,)", proc.stderr
