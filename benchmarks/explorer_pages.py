@@ -19,7 +19,7 @@ import duckdb
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from harness.store import Store
+from harness.results.store import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "explorer" / "app.py")
 PAGES = ["views/runs.py", "views/run.py", "views/compare.py", "views/capacity.py",

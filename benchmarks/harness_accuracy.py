@@ -10,7 +10,7 @@ drift hits all alike):
 - `harness`: the harness with its progress bar off (`--no-progress`, or stderr not a terminal);
 - `harness+bar`: the harness as `make bench` runs in a terminal, with the progress bar drawn
   on a pseudo-terminal that a `cat` process drains (the terminal emulator's stand-in); the
-  bar's renderer is a process of its own (harness.progress), whose CPU is printed below;
+  bar's renderer is a process of its own (harness.run.progress), whose CPU is printed below;
 - `harness+scrape`: the harness with the server's Prometheus /metrics scraped every 0.5 s
   by its separate scraper process (bar off), as every run against a server with /metrics
   does by default;
@@ -58,16 +58,16 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness import aio
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import LevelStats, quantile
-from harness.progress import LevelProgress
-from harness.prompts import load
-from harness.records import RequestRecord
-from harness.session import RunResult, execute, new_run_id
-from harness.store import Store
-from harness.workload import payload
+from harness.results.metrics import LevelStats, quantile
+from harness.results.records import RequestRecord
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.prompts import load
+from harness.run.session import RunResult, execute, new_run_id
+from harness.run.workload import payload
+from harness.wire.endpoint import Endpoint
 from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.

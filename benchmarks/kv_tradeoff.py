@@ -24,13 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness import aio
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import Targets, capacity, point, stats_by_level
-from harness.progress import LevelProgress
-from harness.session import execute, new_run_id
-from harness.store import Store
+from harness.results.metrics import Targets, capacity, point, stats_by_level
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import execute, new_run_id
+from harness.wire.endpoint import Endpoint
 from runners.lifecycle import BundledServer
 
 PLACEMENTS = ("device", "nvme")

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import httpx
 
-from harness import aio
-from harness.client import Clock, ConnectionPool, build_request, stream_completion
-from harness.endpoint import Endpoint
-from harness.prompts import Prompts
-from harness.prompts import load as load_prompts
-from harness.records import RequestRecord
-from harness.workload import payload
+from harness.results.records import RequestRecord
+from harness.run import aio
+from harness.run.prompts import Prompts
+from harness.run.prompts import load as load_prompts
+from harness.run.workload import payload
+from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.wire.endpoint import Endpoint
 from runners.lifecycle import BundledServer
 from runners.profiles import profile
 

@@ -35,14 +35,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import prompts as prompt_sources
-from harness.workload import calibrate
+from harness.run import prompts as prompt_sources
+from harness.run.workload import calibrate
 from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
 from runners.engram.scheduler import SamplingParams, Sequence
 from runners.engram.table_store import PAGE, TableCacheError
 
 SPARK_RATIO = 8 / 47.7  # the device's share of the table: 8 GB cache, 47.7 GB table
-CALIBRATION_SAMPLES = 4  # prompts per calibration probe, as harness.session
+CALIBRATION_SAMPLES = 4  # prompts per calibration probe, as harness.run.session
 
 
 @dataclass(slots=True, frozen=True)

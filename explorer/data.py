@@ -18,11 +18,11 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from harness.confidence import difference_of_clusters, interval_of_clusters
-from harness.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
-from harness.server_metrics import OFFLOAD, MetricRow, level_figures
-from harness.store import DEFAULT_DB, Store
-from harness.users import UsersEstimate, estimate_factor, paired_closed_run
+from harness.results.confidence import difference_of_clusters, interval_of_clusters
+from harness.results.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
+from harness.results.store import DEFAULT_DB, Store
+from harness.run.users import UsersEstimate, estimate_factor, paired_closed_run
+from harness.wire.server_metrics import OFFLOAD, MetricRow, level_figures
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
 PUBLISHED = "published"
@@ -285,7 +285,7 @@ SERVER_FIGURES = {
 
 
 def server_figures(path: Path, run_ids: list[str]) -> pd.DataFrame:
-    """Per run and level, the figures of the target's /metrics (harness.server_metrics):
+    """Per run and level, the figures of the target's /metrics (harness.wire.server_metrics):
     SERVER_FIGURES columns and `offload: ...` ones, where the server exposed them; empty when
     no chosen run stored any."""
     if not run_ids:
@@ -395,7 +395,7 @@ def verdict(cap: Capacity, probes: Collection[int] = ()) -> str:
 
 
 def capacity_table(levels_frame: pd.DataFrame, targets: Targets) -> pd.DataFrame:
-    """Max C, users and the verdict line for every run in the frame, through harness.metrics."""
+    """Max C, users and the verdict line for every run in the frame, via harness.results.metrics."""
     probes = probe_levels(levels_frame)
     rows = []
     for run_id, pts in points(levels_frame, targets.statistic).items():
@@ -419,7 +419,7 @@ GET_PAIRED_RUN = ("Run a closed `make bench` (--mode closed) with the same devic
 
 
 def users_factor(run: dict, duty: float | None, targets: Targets) -> tuple[float | None, str]:
-    """harness.users.estimate_factor for a runs-frame row (profile, duty_target) and the duty
+    """harness.run.users.estimate_factor for a runs-frame row (profile, duty_target) and the duty
     cycle measured at Max users, with the factors set on the Capacity page."""
     target = run.get("duty_target")
     return estimate_factor(run.get("profile"), None if pd.isna(target) else target, duty,
@@ -453,7 +453,7 @@ def users_verdict(cap: Capacity, duty: float | None) -> str:
 
 def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, str | None]:
     """The users runs (`--mode users`) among `run_ids`, each with its paired closed run (the
-    newest complete closed run of the same setup, harness.users) or None."""
+    newest complete closed run of the same setup, harness.run.users) or None."""
     if runs_frame.empty:
         return {}
     records = runs_frame.to_dict("records")
@@ -467,8 +467,8 @@ def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, 
 
 def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
                 pairs: dict[str, str | None], targets: Targets) -> pd.DataFrame:
-    """Per users run of `pairs` (from `users_runs`): Max users (harness.metrics.capacity with
-    U as the concurrency, the Max C targets), the duty cycle measured there, and the estimate
+    """Per users run of `pairs` (from `users_runs`): Max users (harness.results.metrics.capacity
+    with U as the concurrency, the Max C targets), the duty cycle measured there, and the estimate
     from the paired run's Max C by `users_factor`, with the measured users per Max C. The
     frame must hold the paired runs' levels too."""
     pts = points(levels_frame, targets.statistic)
@@ -518,7 +518,7 @@ def with_rows(caps: pd.DataFrame, others: pd.DataFrame) -> pd.DataFrame:
 
 def cluster_sums(path: Path, run_ids: list[str]) -> pd.DataFrame:
     """Per run, concurrency, repeat and round: sum and count of successful requests' TTFT and
-    TPS, the unit `harness.confidence` resamples (aggregated in SQL: no raw rows shipped)."""
+    TPS, the unit `harness.results.confidence` resamples (summed in SQL: no raw rows shipped)."""
     if not run_ids:
         return pd.DataFrame()
     return query(path, """
@@ -600,7 +600,7 @@ BAND_COLUMNS = ["run_id", "concurrency", "metric", "mean", "low", "high", "metho
 
 def level_bands(clusters: pd.DataFrame) -> pd.DataFrame:
     """Per run with repeats (more than one), C and metric ("ttft", "tps"): the band the charts
-    draw around the level mean, from `cluster_sums` through harness.confidence: the 95%
+    draw around the level mean, from `cluster_sums` through harness.results.confidence: the 95%
     bootstrap interval over (repeat, round) clusters, or the range over repeats with fewer
     than 20 clusters (`method`). Runs without repeats get no rows."""
     rows = []

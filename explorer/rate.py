@@ -1,16 +1,16 @@
 """Rate runs (`run --mode rate`) in the explorer: pure helpers over the `levels` frame.
 
 A rate level is a request rate R (concurrency 0); its capacity is the sustainable request
-rate (harness.metrics.rate_capacity), and a level whose p99 send lag passed the limit was
-paced by the load generator, not the server (harness.arrivals).
+rate (harness.results.metrics.rate_capacity), and a level whose p99 send lag passed the limit was
+paced by the load generator, not the server (harness.run.arrivals).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from harness.arrivals import LAG_LIMIT_MS, SendLag
-from harness.metrics import LevelStats, RateCapacity, Targets, rate_capacity
+from harness.results.metrics import LevelStats, RateCapacity, Targets, rate_capacity
+from harness.run.arrivals import LAG_LIMIT_MS, SendLag
 
 USERS_NEED_C = ("Chat and agentic users need a concurrency (they are counted from Max C): an "
                 "open-loop rate run gives the sustainable request rate instead. Run a closed "
@@ -63,7 +63,7 @@ def level_stats(rated: pd.DataFrame) -> list[LevelStats]:
 
 
 def capacity(rated: pd.DataFrame, targets: Targets) -> RateCapacity:
-    """The sustainable rate of one run's rate levels, by harness.metrics.rate_capacity."""
+    """The sustainable rate of one run's rate levels, by harness.results.metrics.rate_capacity."""
     return rate_capacity(level_stats(rated), targets)
 
 

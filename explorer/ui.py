@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer import data
-from harness.metrics import Targets
+from harness.results.metrics import Targets
 
 MEASURED = "measured"
 

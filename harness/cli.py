@@ -17,9 +17,21 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness import aio, report
-from harness.arrivals import ARRIVALS
-from harness.config import (
+from harness.help_format import DefaultsHelp
+from harness.results import report
+from harness.results.metrics import STATISTICS, Targets, capacity, point, stats_by_level
+from harness.results.report import (
+    CapacityCSVError,
+    capacity_object,
+    print_capacity,
+    print_summary,
+    read_level_csv,
+    summarise,
+)
+from harness.results.store import DEFAULT_DB, Store, StoreError
+from harness.run import aio
+from harness.run.arrivals import ARRIVALS
+from harness.run.config import (
     DEFAULT_LEVELS,
     MAX_TEMPERATURE,
     MODES,
@@ -28,22 +40,11 @@ from harness.config import (
     parse_levels,
     parse_rates,
 )
-from harness.endpoint import API_PATHS, Endpoint, EndpointError
-from harness.help_format import DefaultsHelp
-from harness.metrics import STATISTICS, Targets, capacity, point, stats_by_level
-from harness.prompts import BUILTIN, PromptFileError, load
-from harness.report import (
-    CapacityCSVError,
-    capacity_object,
-    print_capacity,
-    print_summary,
-    read_level_csv,
-    summarise,
-)
-from harness.store import DEFAULT_DB, Store, StoreError
-from harness.target import TargetError
-from harness.users import PROFILE_DUTY, paired_closed_run
-from harness.users import PROFILES as USER_PROFILES
+from harness.run.prompts import BUILTIN, PromptFileError, load
+from harness.run.users import PROFILE_DUTY, paired_closed_run
+from harness.run.users import PROFILES as USER_PROFILES
+from harness.wire.endpoint import API_PATHS, Endpoint, EndpointError
+from harness.wire.target import TargetError
 from runners import commands as runner_commands
 from runners.commands import positive_int
 from runners.lifecycle import BundledServer, ServerDied, ServerStartError
@@ -432,8 +433,8 @@ def _handle_interrupts() -> None:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from harness.progress import LevelProgress
-    from harness.session import execute, new_run_id
+    from harness.run.progress import LevelProgress
+    from harness.run.session import execute, new_run_id
 
     _handle_interrupts()
     targets = _targets(args)

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from harness import aio
+from harness.run import aio
 
 FAULTS = ("none", "http_500", "http_429", "drop", "malformed", "stream_error", "stall", "not_sse",
           "close_on_receipt")

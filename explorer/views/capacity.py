@@ -5,7 +5,7 @@ of a closed run of the same setup (by the chat or agentic factor set here)."""
 import streamlit as st
 
 from explorer import data, tables, ui
-from harness.metrics import STATISTICS, Targets
+from harness.results.metrics import STATISTICS, Targets
 
 st.title("Capacity")
 current = ui.targets()

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer import charts, data, tables, ui
-from harness.metrics import capacity
+from harness.results.metrics import capacity
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

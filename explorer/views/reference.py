@@ -3,7 +3,7 @@
 import streamlit as st
 
 from explorer import charts, data, tables, ui
-from harness.metrics import capacity
+from harness.results.metrics import capacity
 
 st.title("Published reference")
 st.caption("Published figures from the shared reference, copied into results/reference/. "

@@ -8,8 +8,8 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from explorer import charts, data
-from harness.records import RequestRecord
-from harness.store import Store
+from harness.results.records import RequestRecord
+from harness.results.store import Store
 from tests.explorer.test_pages import app
 
 T0 = 1_790_000_000.0

@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 
 from explorer import data
-from harness.records import RequestRecord
-from harness.store import Store
+from harness.results.records import RequestRecord
+from harness.results.store import Store
 from tests.explorer.test_pages import app
 
 T0 = 1_790_000_000.0

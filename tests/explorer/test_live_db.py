@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from harness.store import Store
+from harness.results.store import Store
 from tests.conftest import ROOT
 from tests.explorer.test_pages import app
 

@@ -7,8 +7,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import data, tables
-from harness.metrics import Targets
-from harness.store import Store
+from harness.results.metrics import Targets
+from harness.results.store import Store
 from tests.explorer import fixtures
 
 APP = str(Path(__file__).resolve().parents[2] / "explorer" / "app.py")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from explorer import charts, rate
-from harness.metrics import Targets
+from harness.results.metrics import Targets
 from tests.explorer import fixtures
 from tests.explorer.test_pages import app, assert_human, assert_runs_table, config, metrics
 

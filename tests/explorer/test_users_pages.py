@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from explorer import charts, data
-from harness.metrics import Targets
-from harness.store import Store
+from harness.results.metrics import Targets
+from harness.results.store import Store
 from tests.explorer import fixtures
 from tests.explorer.test_pages import (
     app,

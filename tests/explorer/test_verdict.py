@@ -3,7 +3,7 @@
 import pytest
 
 from explorer.data import verdict
-from harness.metrics import LevelPoint, capacity
+from harness.results.metrics import LevelPoint, capacity
 
 GOOD, SLOW = (200.0, 30.0), (200.0, 10.0)  # (TTFT ms, TPS): passes, fails the TPS target
 

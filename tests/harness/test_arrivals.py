@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from harness.arrivals import LAG_LIMIT_MS, schedule, send_lag
+from harness.run.arrivals import LAG_LIMIT_MS, schedule, send_lag
 
 
 def test_poisson_mean_rate_over_a_long_schedule():

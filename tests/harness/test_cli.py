@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.store import Store
+from harness.results.store import Store
 from tests.conftest import ROOT, free_port, run_cli
 
 SHARED_RUNS = ROOT.parent / "shared" / "reference" / "published_runs.csv"

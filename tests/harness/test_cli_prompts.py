@@ -7,7 +7,7 @@ import pytest
 
 from harness.cli import build_parser, config_for
 from harness.mock_server import count_prompt_tokens
-from harness.store import Store
+from harness.results.store import Store
 from tests.conftest import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"  # never reached: these runs stop before the target

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from harness.confidence import (
+from harness.results.confidence import (
     MIN_CLUSTERS,
     _tail,
     agreement,

@@ -2,9 +2,10 @@
 
 import pytest
 
-from harness import aio, target
-from harness.client import ConnectionPool, build_request
-from harness.endpoint import Endpoint, EndpointError, check_proxies
+from harness.run import aio
+from harness.wire import target
+from harness.wire.client import ConnectionPool, build_request
+from harness.wire.endpoint import Endpoint, EndpointError, check_proxies
 
 
 def test_ipv6_literal_is_bracketed_in_host_header_and_server_root():

@@ -2,14 +2,14 @@
 
 import pytest
 
-from harness import aio
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import Targets, capacity, point, stats_by_level
-from harness.progress import LevelProgress
-from harness.records import ERROR_KINDS
-from harness.session import execute, new_run_id
-from harness.store import Store
+from harness.results.metrics import Targets, capacity, point, stats_by_level
+from harness.results.records import ERROR_KINDS
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import execute, new_run_id
+from harness.wire.endpoint import Endpoint
 
 
 def sweep(server, tmp_path, **overrides):

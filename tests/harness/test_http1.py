@@ -1,6 +1,6 @@
 import pytest
 
-from harness.http1 import ProtocolError, ResponseParser
+from harness.wire.http1 import ProtocolError, ResponseParser
 from tests.harness.fixtures import splits
 
 CHUNKED = (

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.metrics import (
+from harness.results.metrics import (
     LevelPoint,
     Targets,
     capacity,

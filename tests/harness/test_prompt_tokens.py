@@ -5,15 +5,15 @@ import re
 
 import pytest
 
-from harness import aio
 from harness import mock_server as fake
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import Targets, stats_by_level
-from harness.progress import LevelProgress
-from harness.report import summarise
-from harness.session import execute
-from harness.store import Store
+from harness.results.metrics import Targets, stats_by_level
+from harness.results.report import summarise
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import execute
+from harness.wire.endpoint import Endpoint
 
 RUN_ID = "20261129-120000-0a1b"
 _PIECE = re.compile(r"\d|[^\W\d]+|[^\w\s]")

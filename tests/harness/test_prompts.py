@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from harness import corpus
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.prompts import PromptFileError, RandomWords, load, pieces, spread
-from harness.sweep import Sweep, calibration_ordinal
+from harness.run import corpus
+from harness.run.config import RunConfig
+from harness.run.prompts import PromptFileError, RandomWords, load, pieces, spread
+from harness.run.sweep import Sweep, calibration_ordinal
+from harness.wire.endpoint import Endpoint
 
 KEY = "20261129-180121-2ecb-c1-r0-w0"
 

@@ -7,16 +7,16 @@ from collections import Counter
 import duckdb
 import pytest
 
-from harness import aio
-from harness.arrivals import schedule
-from harness.config import ConfigError, RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import Targets, rate_capacity, stats_by_level
 from harness.mock_server import MockConfig, ThreadedMockServer
-from harness.progress import LevelProgress
-from harness.records import RequestRecord
-from harness.session import execute
-from harness.store import Store
+from harness.results.metrics import Targets, rate_capacity, stats_by_level
+from harness.results.records import RequestRecord
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.arrivals import schedule
+from harness.run.config import ConfigError, RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import execute
+from harness.wire.endpoint import Endpoint
 from tests.conftest import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"  # never reached: these runs stop before the target

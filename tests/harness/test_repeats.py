@@ -5,15 +5,15 @@ import json
 import duckdb
 import pytest
 
-from harness import aio
-from harness.config import ConfigError, RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import Targets
-from harness.progress import LevelProgress
-from harness.records import RequestRecord
-from harness.report import level_intervals, repeat_agreement
-from harness.session import execute
-from harness.store import Store
+from harness.results.metrics import Targets
+from harness.results.records import RequestRecord
+from harness.results.report import level_intervals, repeat_agreement
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import ConfigError, RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import execute
+from harness.wire.endpoint import Endpoint
 from tests.conftest import run_cli
 
 RUN_ID = "20261129-000000-4e9e"

@@ -1,7 +1,7 @@
 import pytest
 
-from harness.metrics import LevelPoint, Targets, capacity
-from harness.search import DEFAULT_MAX_CONCURRENCY, outcomes, plan, search
+from harness.results.metrics import LevelPoint, Targets, capacity
+from harness.results.search import DEFAULT_MAX_CONCURRENCY, outcomes, plan, search
 
 
 def one_over_c(c: int) -> LevelPoint:

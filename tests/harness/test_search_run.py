@@ -5,15 +5,15 @@ import subprocess
 
 import pytest
 
-from harness import aio
-from harness.config import ConfigError, RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import Targets
 from harness.mock_server import MockConfig, ThreadedMockServer
-from harness.progress import LevelProgress
-from harness.report import search_plan
-from harness.session import execute
-from harness.store import Store
+from harness.results.metrics import Targets
+from harness.results.report import search_plan
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import ConfigError, RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import execute
+from harness.wire.endpoint import Endpoint
 from tests.conftest import ROOT, run_cli
 
 # 8 tokens, 20 ms between tokens x requests in flight: TPS(C) ~ 8 / (0.14 C), so at 10.4 tok/s

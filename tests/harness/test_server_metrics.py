@@ -13,10 +13,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.endpoint import Endpoint
 from harness.mock_server import MockConfig, MockServer, ThreadedMockServer
-from harness.scraper import Scraper
-from harness.server_metrics import (
+from harness.results.store import Store
+from harness.wire.endpoint import Endpoint
+from harness.wire.scraper import Scraper
+from harness.wire.server_metrics import (
     MetricRow,
     NotPrometheus,
     aggregate,
@@ -25,7 +26,6 @@ from harness.server_metrics import (
     level_figures,
     parse,
 )
-from harness.store import Store
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"

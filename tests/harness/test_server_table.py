@@ -2,13 +2,14 @@
 
 import json
 
-from harness import aio, target
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.progress import LevelProgress
-from harness.report import describe_server_table, server_table
-from harness.session import execute, new_run_id
-from harness.store import Store
+from harness.results.report import describe_server_table, server_table
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import execute, new_run_id
+from harness.wire import target
+from harness.wire.endpoint import Endpoint
 
 NVME = {"table_bytes": 2 * 2**30, "placement": "nvme", "io_mode": "mmap",
         "table_budget_bytes": int(343.5 * 2**20), "cache_ratio": 0.168, "cache_state": "cold",

@@ -1,7 +1,7 @@
 import pytest
 
-from harness.completion_stream import CompletionStream, StreamFault
-from harness.sse import SSEDecoder
+from harness.wire.completion_stream import CompletionStream, StreamFault
+from harness.wire.sse import SSEDecoder
 from tests.harness.fixtures import splits
 
 

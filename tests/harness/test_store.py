@@ -9,9 +9,9 @@ from dataclasses import replace
 import duckdb
 import pytest
 
-from harness.metrics import stats_by_level
-from harness.store import Store, StoreError
-from harness.users import duty_cycle
+from harness.results.metrics import stats_by_level
+from harness.results.store import Store, StoreError
+from harness.run.users import duty_cycle
 from tests.harness.fixtures import make_records
 
 
@@ -193,7 +193,7 @@ def test_connections_never_draw_duckdbs_progress_bar(store):
     """DuckDB draws a bar on stdout for queries past 2 s; under a loaded CI it landed in a
     `run --json` summary. Checked in a fresh process: inside pytest DuckDB starts with the bar
     off, and lowering the bar's delay to provoke it turns it back on."""
-    script = ("import sys; from harness.store import Store\n"
+    script = ("import sys; from harness.results.store import Store\n"
               "with Store(sys.argv[1]).read_only() as con:\n"
               "    query = \"SELECT current_setting('enable_progress_bar')\"\n"
               "    print(con.execute(query).fetchone())")

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import aio, target
-from harness.client import Clock, ConnectionPool, build_request, stream_completion
-from harness.endpoint import Endpoint
 from harness.mock_server import MockConfig, ThreadedMockServer
-from harness.records import RequestRecord
-from harness.workload import payload
+from harness.results.records import RequestRecord
+from harness.run import aio
+from harness.run.workload import payload
+from harness.wire import target
+from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.wire.endpoint import Endpoint
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl binary")
 

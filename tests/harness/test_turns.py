@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from harness import aio
-from harness.completion_stream import CompletionStream
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.progress import LevelProgress
-from harness.session import _todo, execute
-from harness.store import Store
-from harness.workload import payload
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.config import RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.session import _todo, execute
+from harness.run.workload import payload
+from harness.wire.completion_stream import CompletionStream
+from harness.wire.endpoint import Endpoint
 from tests.conftest import run_cli
 
 

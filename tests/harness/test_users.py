@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from harness.records import RequestRecord
-from harness.store import Store
-from harness.users import PROFILE_DUTY, ThinkModel, UsersEstimate, duty_cycle, paired_closed_run
+from harness.results.records import RequestRecord
+from harness.results.store import Store
+from harness.run.users import PROFILE_DUTY, ThinkModel, UsersEstimate, duty_cycle, paired_closed_run
 from tests.conftest import ROOT, run_cli
 
 # A server whose first token waits 3 ms per request in flight (this one included), as when one

@@ -9,8 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import aio, target
-from harness.client import (
+from harness.mock_server import MockConfig, ThreadedMockServer
+from harness.results.records import RequestRecord
+from harness.run import aio
+from harness.run.workload import payload
+from harness.wire import target
+from harness.wire.client import (
     Clock,
     ConnectionPool,
     WireError,
@@ -18,10 +22,7 @@ from harness.client import (
     get,
     stream_completion,
 )
-from harness.endpoint import Endpoint
-from harness.mock_server import MockConfig, ThreadedMockServer
-from harness.records import RequestRecord
-from harness.workload import payload
+from harness.wire.endpoint import Endpoint
 from tests.harness.fixtures import CannedServer
 
 

@@ -3,8 +3,8 @@ import asyncio
 import pytest
 
 from harness.mock_server import count_prompt_tokens
-from harness.prompts import RandomWords, load
-from harness.workload import calibrate, payload
+from harness.run.prompts import RandomWords, load
+from harness.run.workload import calibrate, payload
 
 
 @pytest.mark.parametrize(("overhead", "per_word"), [(0, 1.0), (30, 1.0), (12, 1.6), (5, 0.8)])

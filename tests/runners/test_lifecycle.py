@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import Store
+from harness.results.store import Store
 from tests.conftest import ROOT, run_cli
 
 TINY = ("--preset", "tiny", "--table-gb", "0.004", "--output-tokens", "4",

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from harness.cli import build_parser, config_for
-from harness.store import Store
+from harness.results.store import Store
 from runners import recipes
 from runners.profiles import PROFILES, profile
 from tests.conftest import run_cli

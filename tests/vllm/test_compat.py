@@ -21,11 +21,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.client import Clock, ConnectionPool, build_request, stream_completion
-from harness.endpoint import Endpoint
-from harness.records import RequestRecord
-from harness.store import Store
-from harness.workload import payload
+from harness.results.records import RequestRecord
+from harness.results.store import Store
+from harness.run.workload import payload
+from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.wire.endpoint import Endpoint
 from runners.vllm import setup
 from runners.vllm.model import MARKER, TinyLlama
 from runners.vllm.server import server_args, vllm_server

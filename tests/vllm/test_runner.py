@@ -9,7 +9,7 @@ import sys
 import time
 
 from harness import cli
-from harness.store import Store
+from harness.results.store import Store
 from runners.lifecycle import ManagedServer
 from runners.vllm import setup
 from tests.conftest import group_alive, run_cli

@@ -1,6 +1,6 @@
 """Progress per level on stderr: a rich bar on a terminal, one line per level otherwise.
 
-The bar is drawn by a child process (`python -m harness.progress`), never in the process
+The bar is drawn by a child process (`python -m harness.run.progress`), never in the process
 that timestamps chunks. Drawn there, rich's refresh thread holds the GIL for each frame, so
 the event loop timestamps late whatever arrives meanwhile, and its CPU counts against the
 harness's (make bench-harness measured both, README). The timing process only sends a line
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, TextIO
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from harness.metrics import LevelStats
-    from harness.records import RequestRecord
+    from harness.results.metrics import LevelStats
+    from harness.results.records import RequestRecord
 
 REFRESH_PER_SECOND = 4.0  # frames the renderer draws; it runs in its own process
 _SEND_EVERY_NS = 100_000_000  # figures reach the renderer at most this often
@@ -118,12 +118,12 @@ class LevelProgress:
     def _launch(self) -> None:
         stream = self._file if self._file is not None else sys.stderr
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[1])  # harness importable without install
+        root = str(Path(__file__).resolve().parents[2])  # harness importable without install
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         try:
             stream.flush()
             self._renderer = subprocess.Popen(
-                [sys.executable, "-m", "harness.progress", str(REFRESH_PER_SECOND)],
+                [sys.executable, "-m", "harness.run.progress", str(REFRESH_PER_SECOND)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stream, env=env,
             )
         except (OSError, ValueError):  # no descriptor behind `stream`, or no interpreter

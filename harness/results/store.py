@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from harness.records import RequestRecord
+from harness.results.records import RequestRecord
 
 DEFAULT_DB = Path("results/bench.duckdb")
 RUN_STATUSES = ("running", "complete", "aborted", "failed")
@@ -80,7 +80,7 @@ CREATE TABLE IF NOT EXISTS server_stats (
     recorded_at TIMESTAMP,
     rate DOUBLE
 );
--- a target's Prometheus /metrics over each level (harness.server_metrics): counters "delta";
+-- a target's Prometheus /metrics over each level (harness.wire.server_metrics): counters "delta";
 -- gauges "mean", "max"; histograms "p50", "p90", "p99", "count", "mean" (seconds as exposed)
 CREATE TABLE IF NOT EXISTS server_metrics (
     run_id VARCHAR,
@@ -135,7 +135,7 @@ SELECT
         AS p99_send_lag_ms,
     avg(q.cached_tokens) FILTER (WHERE q.ok) AS mean_cached_tokens,
     -- users mode: the share of each user's time with a request running (busy / busy + think)
-    -- over the requests a think followed (harness.users.duty_cycle)
+    -- over the requests a think followed (harness.run.users.duty_cycle)
     CASE WHEN count(q.think_ms) > 0
          THEN sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
               / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL) + sum(q.think_ms)) END

@@ -8,11 +8,11 @@ become "Max C 3". The runner measures each probe as a full level and feeds the v
     while (p := plan(swept, probes, cap).next_probe) is not None:
         probes.append((p, passes(p)))
 
-Pass/fail comes from `harness.metrics.judge` (see `outcomes`), so the search refines exactly the
-number `metrics.capacity` reports. Bracket rule, consistent with `capacity`, which takes the
-highest passing level even above a failure (and warns): the lower end is the highest passing
-level, the upper end the lowest failing level above it. A failure below that pass does not stop
-the search; `plan` notes it and `capacity` warns about it.
+Pass/fail comes from `harness.results.metrics.judge` (see `outcomes`), so the search refines
+exactly the number `metrics.capacity` reports. Bracket rule, consistent with `capacity`, which
+takes the highest passing level even above a failure (and warns): the lower end is the highest
+passing level, the upper end the lowest failing level above it. A failure below that pass does
+not stop the search; `plan` notes it and `capacity` warns about it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.metrics import LevelPoint, Targets, judge
+from harness.results.metrics import LevelPoint, Targets, judge
 
 DEFAULT_MAX_CONCURRENCY = 256
 

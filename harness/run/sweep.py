@@ -3,11 +3,11 @@
 `closed`: C workers, each sends its rounds back to back; round r is the r-th request of every
 worker. `burst`: C requests start together, all finish, then the next round. A round is handed
 to `commit` as soon as its C records exist, so a killed process loses at most that round.
-`rate`: requests go out at the offsets of `harness.arrivals.schedule`, never waiting for
+`rate`: requests go out at the offsets of `harness.run.arrivals.schedule`, never waiting for
 earlier ones; the level (concurrency 0, round 0, worker = request index) is committed whole
 once its last request ends, so a resume runs a rate level again or not at all. `users`: U
 simulated users (the level), each like a closed worker that thinks between its requests
-(harness.users); a user's first request waits a think too, so users arrive spread out.
+(harness.run.users); a user's first request waits a think too, so users arrive spread out.
 
 `--turns N` makes each worker (or user) a conversation of N turns: round r is turn r % N + 1,
 and each turn resends the conversation so far (its messages and the answers they got) with a
@@ -30,14 +30,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from harness.arrivals import schedule
-from harness.client import Clock, ConnectionPool, build_request, stream_completion
-from harness.config import RunConfig
-from harness.endpoint import Endpoint
-from harness.prompts import Prompts
-from harness.records import RequestRecord
-from harness.users import ThinkModel, think_rng
-from harness.workload import Turn, payload
+from harness.results.records import RequestRecord
+from harness.run.arrivals import schedule
+from harness.run.config import RunConfig
+from harness.run.prompts import Prompts
+from harness.run.users import ThinkModel, think_rng
+from harness.run.workload import Turn, payload
+from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.wire.endpoint import Endpoint
 
 Commit = Callable[[list[RequestRecord]], None]
 FILLER_ORDINAL = -100_000  # users mode: unstored requests (lead-in, keeping the load on)

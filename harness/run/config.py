@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from harness.arrivals import ARRIVALS
-from harness.users import PROFILE_DUTY, PROFILES, ThinkModel
+from harness.run.arrivals import ARRIVALS
+from harness.run.users import PROFILE_DUTY, PROFILES, ThinkModel
 
 MODES = ("closed", "burst", "rate", "users")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
@@ -74,15 +74,15 @@ class RunConfig:
     engine: str = ""
     table_placement: str = ""
     server_args: tuple[str, ...] = ()  # set: the bundled server, started with these flags
-    prompts: str = "words"  # words, text, or a file's absolute path (harness.prompts)
+    prompts: str = "words"  # words, text, or a file's absolute path (harness.run.prompts)
     server_metrics: bool = True  # scrape the target's Prometheus /metrics per level
     search: bool = False  # after the levels, probe until Max C is known to the integer
     max_concurrency: int = 256  # the search never probes above this
     rates: tuple[float, ...] = ()  # mode rate: requests/s per level (its levels are empty)
-    arrival: str = "poisson"  # mode rate: poisson or constant gaps (harness.arrivals)
+    arrival: str = "poisson"  # mode rate: poisson or constant gaps (harness.run.arrivals)
     duration_s: float = 60.0  # mode rate: seconds each rate level sends for
-    repeat: int = 1  # passes over the sweep, interleaved per level (harness.confidence)
-    profile: str = ""  # mode users: chat or agentic (harness.users); "" with a duty or think
+    repeat: int = 1  # passes over the sweep, interleaved per level (harness.results.confidence)
+    profile: str = ""  # mode users: chat or agentic (harness.run.users); "" with a duty or think
     duty_cycle: float | None = None  # mode users: share of a user's time with a request running
     think_s: float | None = None  # mode users: a fixed mean think time instead of a duty cycle
     turns: int = 1  # requests per conversation: each turn resends the conversation so far

@@ -17,7 +17,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.metrics import quantile
+from harness.results.metrics import quantile
 
 ARRIVALS = ("poisson", "constant")
 LAG_LIMIT_MS = 10.0  # above this p99 send lag the load generator, not the server, set the pace

@@ -1,4 +1,4 @@
-"""Request bodies, and the calibration that sizes prompts to ~N tokens (harness.prompts).
+"""Request bodies, and the calibration that sizes prompts to ~N tokens (harness.run.prompts).
 
 Calibration asks the target itself: it sends a few max_tokens=1 requests and reads
 `usage.prompt_tokens`, then fits words -> tokens (chat templates add a fixed overhead).

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.records import RequestRecord
+from harness.results.records import RequestRecord
 
 if TYPE_CHECKING:
-    from harness.arrivals import SendLag
+    from harness.run.arrivals import SendLag
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 PROMPT_TOLERANCE = 0.05  # per-level prompt-token means must land within this of the target
@@ -87,7 +87,7 @@ def level_name(stats: LevelStats) -> str:
 
 def _send_lag(records: Sequence[RequestRecord]) -> SendLag | None:
     """How late a rate level's requests went out; None outside rate mode."""
-    from harness.arrivals import send_lag  # arrivals builds on this module's quantile
+    from harness.run.arrivals import send_lag  # arrivals builds on this module's quantile
 
     sent = [r for r in records if r.scheduled_at is not None]
     if not sent:

@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.records import RequestRecord
+from harness.results.records import RequestRecord
 
 PROFILE_DUTY = {"chat": 0.25, "agentic": 2 / 3}  # published: x4 and x1.5 users per Max C
 PROFILES = tuple(PROFILE_DUTY)

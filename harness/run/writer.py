@@ -13,8 +13,8 @@ import queue
 import signal
 from pathlib import Path
 
-from harness.records import RequestRecord
-from harness.store import Store
+from harness.results.records import RequestRecord
+from harness.results.store import Store
 
 _POLL_S = 0.5
 

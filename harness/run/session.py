@@ -18,11 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from harness import __version__, target
-from harness.client import Clock, ConnectionPool, build_request, stream_completion
-from harness.config import ConfigError, RunConfig
-from harness.endpoint import Endpoint
-from harness.metrics import (
+from harness import __version__
+from harness.results.metrics import (
     LevelStats,
     Targets,
     first_turns,
@@ -30,15 +27,19 @@ from harness.metrics import (
     mean_prompt_tokens,
     prompt_warning,
 )
-from harness.progress import LevelProgress
-from harness.prompts import Prompts, load
-from harness.records import RequestRecord
-from harness.report import describe_server_table, search_plan, server_table
-from harness.scraper import Scraper
-from harness.store import Store
-from harness.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
-from harness.workload import Calibration, calibrate, payload
-from harness.writer import BackgroundWriter
+from harness.results.records import RequestRecord
+from harness.results.report import describe_server_table, search_plan, server_table
+from harness.results.store import Store
+from harness.run.config import ConfigError, RunConfig
+from harness.run.progress import LevelProgress
+from harness.run.prompts import Prompts, load
+from harness.run.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
+from harness.run.workload import Calibration, calibrate, payload
+from harness.run.writer import BackgroundWriter
+from harness.wire import target
+from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.wire.endpoint import Endpoint
+from harness.wire.scraper import Scraper
 
 CALIBRATION_SAMPLES = 4  # prompts per calibration probe
 
@@ -238,8 +239,8 @@ async def execute(
 
 async def _search(config: RunConfig, store: Store, run_id: str, targets: Targets,
                   measure_missing: Callable[[int], Awaitable[None]]) -> str:
-    """After the levels: full levels (every repeat) at the C that harness.search picks, until
-    Max C is known to the integer (or the cap passes). Probes are stored before they run, so a
+    """After the levels: full levels (every repeat) at the C that harness.results.search picks,
+    until Max C is known to the integer (or the cap passes). Probes are stored before they run, so a
     resumed run finishes a probe it had begun and then plans on from every verdict it has."""
     for c in store.probes(run_id):
         await measure_missing(c)

@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from harness.completion_stream import CompletionStream, StreamFault
-from harness.endpoint import Endpoint, check_proxies
-from harness.http1 import ProtocolError, ResponseParser
-from harness.records import RequestRecord
-from harness.sse import SSEDecoder
+from harness.results.records import RequestRecord
+from harness.wire.completion_stream import CompletionStream, StreamFault
+from harness.wire.endpoint import Endpoint, check_proxies
+from harness.wire.http1 import ProtocolError, ResponseParser
+from harness.wire.sse import SSEDecoder
 
 _ERROR_BODY_LIMIT = 4096
 _PREVIEW_CHARS = 200  # of a 2xx body that is not an event stream, in its error message

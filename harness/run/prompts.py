@@ -1,14 +1,14 @@
 """Prompt sources (`run --prompts`): what each request asks, unique and rebuilt alike on resume.
 
 - `words`: seeded common words behind the request key (any server; the historical default).
-- `text`: a window of natural prose (harness.corpus, or the user's own text file) cut at a
+- `text`: a window of natural prose (harness.run.corpus, or the user's own text file) cut at a
   per-request offset, so the n-grams a request sends, and the Engram rows they address, follow
   real text; no key is added, whose digits would be n-grams no other request shares. Windows
   are cut at a count of pieces (words and punctuation marks), not of words: their token counts
   then vary about half as much, so even a level of two requests sends the calibrated length.
 - a `.jsonl` file: the user's own prompts at their own lengths, in a seeded order.
 
-Each request of a run has a distinct ordinal (harness.sweep); a source turns it into a prompt.
+Each request of a run has a distinct ordinal (harness.run.sweep); a source turns it into a prompt.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from harness import corpus
+from harness.run import corpus
 
 BUILTIN = ("words", "text")
 _PIECE = re.compile(r"\w+|[^\w\s]")

@@ -11,9 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness import confidence
-from harness.config import RunConfig
-from harness.metrics import (
+from harness.results import confidence
+from harness.results.metrics import (
     STATISTIC_FIELDS,
     LevelPoint,
     LevelStats,
@@ -26,10 +25,11 @@ from harness.metrics import (
     rate_capacity,
     stats_by_level,
 )
-from harness.records import RequestRecord
-from harness.search import SearchPlan, outcomes, plan
-from harness.store import Store
-from harness.users import PROFILE_DUTY, UsersEstimate, duty_cycle, estimate_factor
+from harness.results.records import RequestRecord
+from harness.results.search import SearchPlan, outcomes, plan
+from harness.results.store import Store
+from harness.run.config import RunConfig
+from harness.run.users import PROFILE_DUTY, UsersEstimate, duty_cycle, estimate_factor
 
 # Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
 FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
@@ -167,7 +167,7 @@ def _interval(iv: confidence.Interval | None) -> dict | None:
 def level_intervals(records: Sequence[RequestRecord]
                     ) -> tuple[dict[int, confidence.Interval], dict[int, confidence.Interval]]:
     """Per concurrency, mean TTFT and mean TPS with their 95% interval over (repeat, round)
-    clusters, or the range over repeats when there are too few clusters (harness.confidence)."""
+    clusters, or the range over repeats when there are too few clusters (results.confidence)."""
     ok = [r for r in records if r.ok and r.rate is None]
     ttft = confidence.intervals_by_level((r.concurrency, r.repeat, r.round, r.ttft_ms)
                                          for r in ok)

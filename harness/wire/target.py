@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.client import Response, WireError, get
-from harness.endpoint import Endpoint
+from harness.wire.client import Response, WireError, get
+from harness.wire.endpoint import Endpoint
 
 _KNOWN_ENGINES = ("vllm", "sglang", "llamacpp", "llama.cpp", "tgi", "engram-bench", "mock")
 
