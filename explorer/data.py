@@ -135,11 +135,13 @@ STEP_PARTS = (("compute_ms", "compute"), ("engram_wait_ms", "Engram wait"),
 UNACCOUNTED = "unaccounted"
 
 
-def server_stats(path: Path, run_id: str) -> list[tuple[int, dict, dict]]:
-    """Per level, the server's /stats snapshots before and after it ({} where it gave none)."""
-    frame = query(path, "SELECT concurrency, before, after FROM server_stats WHERE run_id = ? "
-                        "ORDER BY concurrency, recorded_at", [run_id])
-    return [(int(r.concurrency), _snapshot(r.before), _snapshot(r.after))
+def server_stats(path: Path, run_id: str) -> list[tuple[int, int, dict, dict]]:
+    """Per pass of a level (concurrency, repeat), the server's /stats snapshots before and
+    after it ({} where it gave none)."""
+    frame = query(path, "SELECT concurrency, coalesce(repeat, 0) AS repeat, before, after "
+                        "FROM server_stats WHERE run_id = ? "
+                        "ORDER BY concurrency, repeat, recorded_at", [run_id])
+    return [(int(r.concurrency), int(r.repeat), _snapshot(r.before), _snapshot(r.after))
             for r in frame.itertuples()]
 
 
@@ -242,26 +244,29 @@ def _wait_by_layer(before: dict, after: dict) -> dict[str, float]:
     return out
 
 
-def counters_frame(stats: list[tuple[int, dict, dict]]) -> pd.DataFrame:
-    """`level_counters` per level; levels whose snapshots give no number at all (a server
-    whose /stats is not the bundled one's) are left out."""
+def counters_frame(stats: list[tuple[int, int, dict, dict]]) -> pd.DataFrame:
+    """`level_counters` per pass of a level (a `repeat` column); passes whose snapshots give
+    no number at all (a server whose /stats is not the bundled one's) are left out."""
     rows = []
-    for concurrency, before, after in stats:
+    for concurrency, repeat, before, after in stats:
         figures = level_counters(before, after)
         if any(isinstance(v, int | float) for v in figures.values()):
-            rows.append({"concurrency": concurrency, **figures})
+            rows.append({"concurrency": concurrency, "repeat": repeat, **figures})
     return pd.DataFrame(rows)
 
 
-def breakdown_frame(stats: list[tuple[int, dict, dict]]) -> pd.DataFrame:
-    """`step_breakdown` per level in long form, with each part's share of the step time."""
-    rows = []
-    for concurrency, before, after in stats:
-        parts = step_breakdown(before, after)
-        total = sum(parts.values())
-        rows += [{"concurrency": concurrency, "part": part, "ms": ms, "share": ms / total}
-                 for part, ms in parts.items()]
-    return pd.DataFrame(rows, columns=["concurrency", "part", "ms", "share"])
+def breakdown_frame(stats: list[tuple[int, int, dict, dict]]) -> pd.DataFrame:
+    """`step_breakdown` per level in long form, with each part's share of the step time; a
+    level run in several passes (`--repeat`) shows their mean."""
+    rows = [{"concurrency": concurrency, "part": part, "ms": ms}
+            for concurrency, _, before, after in stats
+            for part, ms in step_breakdown(before, after).items()]
+    if not rows:
+        return pd.DataFrame(columns=["concurrency", "part", "ms", "share"])
+    frame = (pd.DataFrame(rows).groupby(["concurrency", "part"], sort=False, as_index=False)
+             ["ms"].mean())
+    frame["share"] = frame["ms"] / frame.groupby("concurrency")["ms"].transform("sum")
+    return frame
 
 
 # level_figures key: (readable name, number format), in the order tables show them
@@ -287,21 +292,28 @@ SERVER_FIGURES = {
 def server_figures(path: Path, run_ids: list[str]) -> pd.DataFrame:
     """Per run and level, the figures of the target's /metrics (harness.wire.server_metrics):
     SERVER_FIGURES columns and `offload: ...` ones, where the server exposed them; empty when
-    no chosen run stored any."""
+    no chosen run stored any. A level run in several passes (`--repeat`) shows the mean of
+    each figure over its passes."""
     if not run_ids:
         return pd.DataFrame()
-    rows = query(path, "SELECT run_id, concurrency, name, labels, kind, stat, value "
-                       "FROM server_metrics WHERE run_id IN (SELECT unnest(?)) "
-                       "ORDER BY run_id, concurrency", [run_ids])
+    keys = ["run_id", "concurrency", "repeat"]
+    rows = query(path, "SELECT run_id, concurrency, coalesce(repeat, 0) AS repeat, name, "
+                       "labels, kind, stat, value FROM server_metrics "
+                       "WHERE run_id IN (SELECT unnest(?)) ORDER BY run_id, concurrency, repeat",
+                 [run_ids])
     if rows.empty:
         return pd.DataFrame()
     out = []
-    for (run_id, concurrency), level in rows.groupby(["run_id", "concurrency"], sort=False):
-        figures = level_figures(MetricRow(*r) for r in level.drop(
-            columns=["run_id", "concurrency"]).itertuples(index=False))
+    for (run_id, concurrency, repeat), level in rows.groupby(keys, sort=False):
+        figures = level_figures(MetricRow(*r) for r in level.drop(columns=keys)
+                                .itertuples(index=False))
         if figures:
-            out.append({"run_id": run_id, "concurrency": int(concurrency), **figures})
-    return pd.DataFrame(out)
+            out.append({"run_id": run_id, "concurrency": int(concurrency), "repeat": repeat,
+                        **figures})
+    if not out:
+        return pd.DataFrame()
+    return (pd.DataFrame(out).groupby(["run_id", "concurrency"], sort=False, as_index=False)
+            .mean(numeric_only=True).drop(columns="repeat"))
 
 
 def server_columns(figures: pd.DataFrame) -> list[str]:

@@ -18,6 +18,7 @@ from harness.run.users import PROFILE_DUTY
 # counters_frame column: (readable name, number format; None for text)
 COUNTERS = {
     "concurrency": ("C", "%d"),
+    "repeat": ("repeat", "%d"),
     "tokens": ("tokens", "localized"),
     "disk_bytes_per_token": ("disk B/token", "%.0f"),
     "requested_bytes_per_token": ("requested B/token", "%.0f"),
@@ -249,8 +250,11 @@ else:
             else:
                 st.caption("Deltas of the server's /stats over each level, sizes as it ended. Disk "
                            "bytes and faults are the kernel's counts, requested bytes the server's "
-                           "own arithmetic; blank where the server did not measure.")
+                           "own arithmetic; blank where the server did not measure. With "
+                           "--repeat, a row per pass of a level.")
                 shown = counters.dropna(axis=1, how="all")  # older servers lack most counters
+                if shown["repeat"].max() == 0:  # one pass per level: nothing to tell apart
+                    shown = shown.drop(columns="repeat")
                 st.dataframe(
                     shown.rename(columns={k: label for k, (label, _) in COUNTERS.items()}),
                     hide_index=True, width="stretch",
@@ -273,7 +277,8 @@ else:
                            "counters as the level's growth; blank where the server exposes "
                            "nothing of the kind. Means are exact; percentiles are only as fine "
                            "as the server's buckets (vLLM's queue time starts at 0.3 s, so a "
-                           "level that never queued shows a p50 of 150 ms).")
+                           "level that never queued shows a p50 of 150 ms). With --repeat, "
+                           "each figure is the mean over the level's passes.")
                 joined = data.server_vs_client(levels, figures)
                 shown = joined[["concurrency", "mean_ttft_ms", "p50_ttft_ms",
                                 *data.server_columns(joined)]].dropna(axis=1, how="all")

@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS server_stats (
     before VARCHAR,
     after VARCHAR,
     recorded_at TIMESTAMP,
-    rate DOUBLE
+    rate DOUBLE,
+    repeat INTEGER  -- `run --repeat N`: the pass over the level, 0-based; NULL (older runs) = 0
 );
 -- a target's Prometheus /metrics over each level (harness.wire.server_metrics): counters "delta";
 -- gauges "mean", "max"; histograms "p50", "p90", "p99", "count", "mean" (seconds as exposed)
@@ -90,7 +91,8 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     kind VARCHAR,
     stat VARCHAR,
     value DOUBLE,
-    rate DOUBLE
+    rate DOUBLE,
+    repeat INTEGER  -- as in server_stats
 );
 -- levels that `run --search` added after the sweep, in the order they were probed
 CREATE TABLE IF NOT EXISTS probes (
@@ -177,7 +179,8 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("server_metrics", "rate", "DOUBLE"), ("levels", "rate", "DOUBLE"),
             ("requests", "repeat", "INTEGER"), ("requests", "think_ms", "DOUBLE"),
             ("requests", "turn", "INTEGER"), ("requests", "cached_tokens", "INTEGER"),
-            ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE")}
+            ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE"),
+            ("server_stats", "repeat", "INTEGER"), ("server_metrics", "repeat", "INTEGER")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
@@ -189,6 +192,8 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS cached_tokens INTEGER;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS think_ms DOUBLE;
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS rate DOUBLE;
+ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS repeat INTEGER;
+ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS repeat INTEGER;
 """
 
 
@@ -331,31 +336,34 @@ class Store:
 
     def write_server_stats(
         self, run_id: str, concurrency: int, before: dict | None, after: dict | None,
-        rate: float | None = None,
+        rate: float | None = None, repeat: int = 0,
     ) -> None:
+        """/stats around one pass of a level; a resumed pass adds a row beside the first."""
         with self._connect() as con:
             con.execute(
-                "INSERT INTO server_stats (run_id, concurrency, before, after, recorded_at, rate)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO server_stats (run_id, concurrency, before, after, recorded_at, rate, "
+                "repeat) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [run_id, concurrency, json.dumps(before), json.dumps(after), _utc(time.time()),
-                 rate],
+                 rate, repeat],
             )
 
     def write_server_metrics(
         self, run_id: str, concurrency: int, rows: Sequence[tuple[str, str, str, str, float]],
-        rate: float | None = None,
+        rate: float | None = None, repeat: int = 0,
     ) -> None:
-        """A level's rows (name, labels, kind, stat, value), replacing any an earlier try of
-        the level stored (a resumed level is measured again)."""
+        """One pass of a level: its rows (name, labels, kind, stat, value), replacing any an
+        earlier try of the same pass stored (a resumed pass is measured again); each pass of
+        `--repeat` keeps its own."""
         with self._connect() as con:
             con.execute("BEGIN")
             con.execute("DELETE FROM server_metrics WHERE run_id = ? AND concurrency = ? "
-                        "AND rate IS NOT DISTINCT FROM ?", [run_id, concurrency, rate])
+                        "AND rate IS NOT DISTINCT FROM ? AND coalesce(repeat, 0) = ?",
+                        [run_id, concurrency, rate, repeat])
             if rows:
                 con.executemany(
                     "INSERT INTO server_metrics (run_id, concurrency, name, labels, kind, stat, "
-                    "value, rate) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(run_id, concurrency, *row, rate) for row in rows])
+                    "value, rate, repeat) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(run_id, concurrency, *row, rate, repeat) for row in rows])
             con.execute("COMMIT")
 
     # -- reads -------------------------------------------------------------------------------
@@ -450,8 +458,8 @@ class Store:
 
     def server_stats(self, run_id: str) -> list[dict]:
         rows = self._query(
-            "SELECT concurrency, rate, before, after FROM server_stats WHERE run_id = ? "
-            "ORDER BY concurrency, rate, recorded_at",
+            "SELECT concurrency, coalesce(repeat, 0) AS repeat, rate, before, after "
+            "FROM server_stats WHERE run_id = ? ORDER BY concurrency, rate, repeat, recorded_at",
             [run_id],
         )
         return [_server_stats_row(r) for r in rows]
@@ -471,10 +479,11 @@ class Store:
         return [r["concurrency"] for r in rows]
 
     def server_metrics(self, run_id: str) -> list[dict]:
-        """The target's own /metrics, per level: one row per (name, labels, stat)."""
+        """The target's own /metrics, per pass of a level: one row per (name, labels, stat)."""
         return self._query(
-            "SELECT concurrency, rate, name, labels, kind, stat, value FROM server_metrics "
-            "WHERE run_id = ? ORDER BY concurrency, rate, name, labels, stat", [run_id])
+            "SELECT concurrency, coalesce(repeat, 0) AS repeat, rate, name, labels, kind, stat, "
+            "value FROM server_metrics WHERE run_id = ? "
+            "ORDER BY concurrency, rate, repeat, name, labels, stat", [run_id])
 
     # -- export ------------------------------------------------------------------------------
 

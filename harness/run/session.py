@@ -166,8 +166,8 @@ async def execute(
             await sweep.warmup(config.warmup, min(config.warmup, first))
 
         async def level(c: int, rate: float | None, total: int,
-                        run: Callable[[], Awaitable[LevelOutcome]]) -> None:
-            """One level: its requests, the server's counters around it, stored."""
+                        run: Callable[[], Awaitable[LevelOutcome]], repeat: int = 0) -> None:
+            """One pass of a level: its requests, the server's counters around it, stored."""
             before = await target.fetch_stats(endpoint)
             for note in await scraper.start() if scraper else []:
                 progress.message(note)
@@ -187,9 +187,9 @@ async def execute(
                 progress.message(_describe_lag(stats))
             after = await target.fetch_stats(endpoint)
             if before is not None or after is not None:
-                store.write_server_stats(run_id, c, before, after, rate)
+                store.write_server_stats(run_id, c, before, after, rate, repeat)
             if rows:
-                store.write_server_metrics(run_id, c, rows, rate)
+                store.write_server_metrics(run_id, c, rows, rate, repeat)
             # what the prompts sent so far measured, right even if the run is killed next
             store.update_run(run_id,
                              measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
@@ -198,7 +198,7 @@ async def execute(
         async def measure(c: int, repeat: int, todo: list[int]) -> None:
             await level(c, None, c * len(todo),
                         lambda: sweep.run_level(c, todo, writer.submit, progress.advance,
-                                                repeat))
+                                                repeat), repeat)
 
         async def measure_missing(c: int) -> None:
             for repeat in range(config.repeat):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from explorer import charts, data
+from harness.results.store import Store
 from tests.explorer import fixtures
 
 
@@ -127,7 +128,7 @@ def test_breakdown_needs_the_step_time_and_a_part():
 
 
 def test_levels_without_any_figure_are_left_out():
-    stats = [(1, {}, {"version": "0.4", "placement": "gpu"}), (2, *snapshots())]
+    stats = [(1, 0, {}, {"version": "0.4", "placement": "gpu"}), (2, 0, *snapshots())]
     assert list(data.counters_frame(stats)["concurrency"]) == [2]
     assert data.counters_frame([]).empty and data.breakdown_frame([]).empty
 
@@ -141,3 +142,24 @@ def test_breakdown_chart_stacks_each_part_to_the_whole_step(fixture_db):
     assert list(fig.layout.xaxis.categoryarray) == ["1", "2", "4", "8"]
     totals = [sum(t.y[i] for t in fig.data) for i in range(4)]
     assert totals == pytest.approx([100.0] * 4)
+
+
+def test_a_level_run_in_several_passes_shows_each_pass_and_their_mean(tmp_path):
+    """`--repeat`: the counters table keeps a row per pass; the /metrics figures are the mean
+    of the passes' figures, and the step breakdown the mean of their parts."""
+    store = Store(tmp_path / "r.duckdb")
+    store.initialise()
+    store.create_run("rep", {"model": "m", "levels": [2], "rounds": 1, "output_tokens": 4})
+    running = ("vllm:num_requests_running", "{}", "gauge", "mean")
+    for repeat, mean in ((0, 1.0), (1, 2.0)):
+        store.write_server_metrics("rep", 2, [(*running, mean)], repeat=repeat)
+        before, after = snapshots(compute_ms=400.0 * (repeat + 1))
+        store.write_server_stats("rep", 2, {**before, "compute_ms": 0.0}, after, repeat=repeat)
+    figures = data.server_figures(store.path, ["rep"])
+    assert figures[["concurrency", "running_mean"]].to_dict("records") == [
+        {"concurrency": 2, "running_mean": 1.5}]
+    stats = data.server_stats(store.path, "rep")
+    assert list(data.counters_frame(stats)["repeat"]) == [0, 1]
+    parts = data.breakdown_frame(stats)
+    assert parts.set_index("part").loc["compute", "ms"] == pytest.approx(600.0)
+    assert parts["share"].sum() == pytest.approx(1.0)

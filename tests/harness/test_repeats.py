@@ -19,9 +19,10 @@ from tests.conftest import run_cli
 RUN_ID = "20261129-000000-4e9e"
 
 
-def _run(store: Store, url: str, resume: bool = False, **knobs):
+def _run(store: Store, url: str, resume: bool = False, server_metrics: bool = False,
+         **knobs):
     config = RunConfig(url=url, model="", levels=(1, 2), rounds=2, mode="closed",
-                       output_tokens=4, server_metrics=False, repeat=3, **knobs)
+                       output_tokens=4, server_metrics=server_metrics, repeat=3, **knobs)
     return aio.run(execute(config, Endpoint(url), store, LevelProgress(enabled=False), RUN_ID,
                            resume=resume))
 
@@ -48,6 +49,19 @@ def test_repeats_are_stored_interleaved_per_level(mock_server, tmp_path):
         assert {r[1] for r in rows if r[0] == c} == {0, 1, 2}
     assert store.done_clusters(RUN_ID) == {(c, p, r) for c in (1, 2) for p in range(3)
                                           for r in range(2)}
+
+
+def test_every_pass_of_a_level_keeps_the_servers_figures(mock_server, tmp_path):
+    """The target's /metrics and /stats are stored per pass, not overwritten by the last."""
+    mock_server.configure(metrics=True)
+    store = Store(tmp_path / "r.duckdb")
+    store.initialise()
+    _run(store, mock_server.url, server_metrics=True)
+    passes = {(r["concurrency"], r["repeat"]) for r in store.server_metrics(RUN_ID)}
+    assert passes == {(c, p) for c in (1, 2) for p in range(3)}
+    requests = {(r["concurrency"], r["repeat"]): r["value"] for r in store.server_metrics(RUN_ID)
+                if r["name"] == "vllm:request_success_total" and r["stat"] == "delta"}
+    assert requests == {(c, p): 2 * c for c in (1, 2) for p in range(3)}  # rounds x C each
 
 
 def test_resume_runs_only_the_missing_level_repeat_rounds(mock_server, tmp_path):

@@ -83,8 +83,23 @@ def test_run_lifecycle_and_latest(store):
 
 def test_server_stats_round_trip(store):
     store.write_server_stats("run-a", 2, {"tokens": 1}, {"tokens": 9})
-    assert store.server_stats("run-a") == [{"concurrency": 2, "before": {"tokens": 1},
-                                            "after": {"tokens": 9}}]
+    assert store.server_stats("run-a") == [{"concurrency": 2, "repeat": 0,
+                                            "before": {"tokens": 1}, "after": {"tokens": 9}}]
+
+
+def test_each_pass_of_a_level_keeps_its_server_figures(store):
+    """Under --repeat a level runs several passes: each keeps its /stats and /metrics rows,
+    and measuring a pass again (a resume) replaces only that pass's metrics."""
+    row = ("vllm:num_requests_running", "{}", "gauge", "mean")
+    store.write_server_metrics("run-a", 2, [(*row, 1.0)], repeat=0)
+    store.write_server_metrics("run-a", 2, [(*row, 2.0)], repeat=1)
+    store.write_server_metrics("run-a", 2, [(*row, 3.0)], repeat=1)
+    assert [(r["repeat"], r["value"]) for r in store.server_metrics("run-a")] == [(0, 1.0),
+                                                                                 (1, 3.0)]
+    store.write_server_stats("run-a", 2, {"tokens": 0}, {"tokens": 5}, repeat=0)
+    store.write_server_stats("run-a", 2, {"tokens": 5}, {"tokens": 9}, repeat=1)
+    assert [(r["repeat"], r["after"]["tokens"]) for r in store.server_stats("run-a")] == [
+        (0, 5), (1, 9)]
 
 
 def test_export_csv_and_parquet(store, tmp_path):
