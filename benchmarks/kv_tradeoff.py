@@ -12,8 +12,9 @@ on both alike. Each (arm, prompt length) is one stored run, written level by lev
 Targets: the published ones (mean TPS >= 20, mean TTFT <= 1,000 ms, no errors) at the short
 prompt. At the long prompt a 2-core CPU needs seconds just to prefill one request alone, so
 TTFT is allowed 1,000 ms on top of that: the memory arm's unloaded (C=1) mean TTFT at that
-length, measured in this run. A request that does not fit a pool waits for KV (the server's
-`vllm:num_requests_waiting` counts it), and its wait shows in TTFT.
+length, measured in this run. A request whose prompt does not fit the free blocks waits for KV
+(the server's `vllm:num_requests_waiting` counts it), and one preempted when running requests
+outgrow the pool is prefilled again later (`vllm:num_preemptions`); both show in TTFT and TPS.
 """
 
 from __future__ import annotations
@@ -71,24 +72,30 @@ def run_length(urls: dict[str, str], prompt: int, levels: tuple[int, ...], round
     return run_ids
 
 
-def kv_figures(store: Store, run_id: str, prompt: int, output: int) -> tuple[int, int, float]:
-    """The server's own pool (tokens), how many requests of this length it holds at once,
-    and the most requests the server had waiting at any level (its /metrics)."""
+def kv_figures(store: Store, run_id: str, prompt: int,
+               output: int) -> tuple[int, int, float, float]:
+    """The server's own pool (tokens), how many requests of this length it holds at once at
+    their full length, the most requests it had waiting at any level and the requests it
+    preempted over the run (its /metrics)."""
     stats = store.server_stats(run_id)[-1]["after"]
     pool = stats["kv_pool_tokens"]
     block = stats["kv_block_size"]
-    per_request = -(-(prompt + output) // block)  # blocks reserved per request
-    waiting = max((row["value"] for row in store.server_metrics(run_id)
+    per_request = -(-(prompt + output) // block)  # blocks of one request at its full length
+    rows = store.server_metrics(run_id)
+    waiting = max((row["value"] for row in rows
                    if row["name"] == "vllm:num_requests_waiting" and row["stat"] == "max"),
                   default=0.0)
-    return pool, stats["kv_blocks_total"] // per_request, waiting
+    preempted = sum(row["value"] for row in rows
+                    if row["name"] == "vllm:num_preemptions_total" and row["stat"] == "delta")
+    return pool, stats["kv_blocks_total"] // per_request, waiting, preempted
 
 
 def report(store: Store, runs: dict[int, dict[str, str]], args: argparse.Namespace) -> None:
     print()
     print(f"spark, preset {args.preset}, table {args.table_gb:g} GiB; {args.output_tokens} "
           "output tokens; closed levels, arms alternating level by level")
-    header = (f"{'prompt':>6} {'table':<7} {'KV pool':>9} {'fit':>4} {'max wait':>8}  "
+    header = (f"{'prompt':>6} {'table':<7} {'KV pool':>9} {'fit':>4} {'max wait':>8} "
+              f"{'preempted':>9}  "
               f"{'TTFT target':>11}  levels (C: mean TTFT ms / mean TPS)   Max C")
     print(header)
     print("-" * len(header))
@@ -103,16 +110,18 @@ def report(store: Store, runs: dict[int, dict[str, str]], args: argparse.Namespa
         for arm, run_id in by_arm.items():
             stats = stats_by_level(records[arm], args.output_tokens)
             cap = capacity([point(s) for s in stats], targets)
-            pool, fit, waiting = kv_figures(store, run_id, prompt, args.output_tokens)
+            pool, fit, waiting, preempted = kv_figures(store, run_id, prompt,
+                                                       args.output_tokens)
             levels = "  ".join(f"{s.concurrency}: {s.mean_ttft_ms or 0:.0f}/{s.mean_tps or 0:.1f}"
                                f"{'' if v.passes else '*'}"
                                for s, v in zip(stats, cap.levels, strict=True))
-            print(f"{prompt:>6} {arm:<7} {pool:>9,} {fit:>4} {waiting:>8.0f}  "
+            print(f"{prompt:>6} {arm:<7} {pool:>9,} {fit:>4} {waiting:>8.0f} {preempted:>9.0f}  "
                   f"{ttft_max:>9.0f}ms  {levels}   {cap.max_c}")
             summary[prompt, arm] = cap.max_c
     print("(* fails the targets; KV pool: the server's /stats; fit: its blocks over the blocks "
-          "one request of this length reserves (arithmetic); max wait: the most requests "
-          "/metrics showed waiting during a level)")
+          "of one request of this length at its full length (arithmetic); max wait: the most "
+          "requests /metrics showed waiting during a level; preempted: its preemptions counter "
+          "over the run's levels)")
     for prompt in runs:
         mem, nvme = summary[prompt, "device"], summary[prompt, "nvme"]
         verdict = ("NVMe wins" if nvme > mem else "memory wins" if mem > nvme else "a tie")

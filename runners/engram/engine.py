@@ -9,10 +9,11 @@ from a natural text (runners.engram.replay) while the logits are still computed.
 through a callback (the API layer hands them to asyncio with call_soon_threadsafe); an
 optional admit hook gets the monotonic time a request's prefill is scheduled (its queue time).
 
-KV lives in a paged pool (model.PagedKV, bookkeeping in kv_blocks.py): a request's blocks are
-reserved at admission; a prefill after a cached prefix computes only the uncached suffix (its
+KV lives in a paged pool (model.PagedKV, bookkeeping in kv_blocks.py; who gets blocks is
+scheduler.py's policy): a prefill after a cached prefix computes only the uncached suffix (its
 Engram rows still hashed with the real tokens before it) and reads the prefix's KV from its
-blocks.
+blocks. A preempted request is prefilled again over its prompt and output; its next token is
+sampled from that prefill, as it would have been from the decode step it missed.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class Engine:
     def submit(self, seq: Sequence, on_token: OnToken, on_admit: OnAdmit | None = None) -> bool:
         """Queue a request; False when the waiting queue is full. A request larger than the
         whole KV pool is a ValueError (the API refuses it before it gets here)."""
-        if not self.blocks.fits_pool(seq.reserved_tokens):
-            raise ValueError(f"{seq.reserved_tokens} tokens do not fit a KV pool of "
+        if not self.blocks.fits_pool(seq.max_length):
+            raise ValueError(f"{seq.max_length} tokens do not fit a KV pool of "
                              f"{self.blocks.pool_tokens} tokens")
         with self._wake:
             if not self.scheduler.add(seq):
@@ -154,7 +155,8 @@ class Engine:
                     "kv_pool_tokens": b.pool_tokens, "kv_cache_usage": b.usage,
                     "prefix_caching": b.prefix_caching, "prefix_cache_queries": b.queries,
                     "prefix_cache_hits": b.hits, "prompt_tokens_cached": b.hits,
-                    "requests_waiting_for_kv": self.scheduler.waiting_for_kv}
+                    "requests_waiting_for_kv": self.scheduler.waiting_for_kv,
+                    "preemptions": self.scheduler.preemptions}
 
     def _loop(self) -> None:
         while True:
@@ -185,11 +187,11 @@ class Engine:
         marks = [time.perf_counter()]  # start, hashed, computed, sampled, emitted
         if step.prefill is not None:
             seqs, phase = [step.prefill], "prefill"
-            prompt, cached = step.prefill.prompt, step.prefill.cached_tokens
-            inputs = prompt[cached:]  # the cached prefix's KV is already in its blocks
+            tokens, reused = step.prefill.tokens, step.prefill.reused_tokens
+            inputs = tokens[reused:]  # the cached prefix's KV is already in its blocks
             # the suffix's rows, hashed with the real tokens before them
-            rows = self.geometry.row_ids(np.asarray(prompt), len(inputs))
-            positions = list(range(cached, len(prompt)))
+            rows = self.geometry.row_ids(np.asarray(tokens), len(inputs))
+            positions = list(range(reused, len(tokens)))
         else:
             seqs, phase = step.decode, "decode"
             history = self.geometry.history + 1

@@ -66,6 +66,7 @@ COUNTERS: dict[str, str] = {
     "requests_cancelled": "requests cancelled by their client",
     "prefix_cache_queries": "prompt tokens looked up in the prefix cache",
     "prefix_cache_hits": "prompt tokens found in the prefix cache",
+    "preemptions": "requests preempted for KV blocks, to be prefilled again",
 }
 
 GAUGES: dict[str, str] = {
@@ -106,6 +107,7 @@ VLLM_COUNTERS: dict[str, tuple[str, str]] = {
                                "prefix cache hits, in terms of prompt tokens cached"),
     "vllm:prompt_tokens_cached": ("prompt_tokens_cached",
                                   "prompt tokens whose KV came from the prefix cache"),
+    "vllm:num_preemptions": ("preemptions", "requests preempted for KV blocks"),
 }
 HISTOGRAMS_KEY = "latency_histograms"
 

@@ -1,20 +1,21 @@
 """The paged KV pool's bookkeeping, pure Python (no torch): blocks, refcounts, prefix cache.
 
-The pool is `num_blocks` blocks of BLOCK_SIZE (16) token positions. Policy, chosen to be simple
-and honest rather than clever: a request reserves at admission every block it can ever use,
-ceil((prompt_tokens + max_tokens) / 16), minus the cached prefix blocks it reuses. There is no
-preemption and no on-demand growth: an admitted request always runs to its end, and a request
-whose blocks are not free now waits in the queue (FIFO, head of line) until finished requests
-give theirs back. A request larger than the whole pool is refused before it is queued.
+The pool is `num_blocks` blocks of BLOCK_SIZE (16) token positions. Blocks are taken as they are
+needed, as vLLM does: a request's prefill takes the blocks of the tokens it computes, minus the
+cached prefix blocks it reuses (`allocate`), and its table grows by one block whenever decoding
+crosses into a new one (`grow`). Who waits and who is preempted when blocks run short is the
+scheduler's policy (scheduler.py). A request whose prompt and max_tokens exceed the whole pool
+could never finish, and is refused before it is queued (`fits_pool`).
 
 Prefix caching (as vLLM's): a full block of a prompt is named by a hash chain, the hash of its
 parent block's hash and its own 16 token ids, so one name stands for the whole prefix up to
-that block. After a request's prefill its full prompt blocks are registered; at its end, the
-full blocks of prompt and output whose KV was computed. A new request reuses the longest chain
-of registered blocks of its prompt (refcounted, shared read-only), never the whole prompt: at
-least its last token is computed again, so the prefill has logits. A block nobody references
-stays cached and reusable; it is evicted, least recently freed first, only when an allocation
-needs the room. Blocks that hold no registered prefix are handed out before cached ones.
+that block. After a request's prefill its full prompt blocks are registered; at its end (or
+preemption), the full blocks of prompt and output whose KV was computed. A new request reuses
+the longest chain of registered blocks of its prompt (refcounted, shared read-only), never the
+whole prompt: at least its last token is computed again, so the prefill has logits. A block
+nobody references stays cached and reusable; it is evicted, least recently freed first, only
+when an allocation needs the room. Blocks that hold no registered prefix are handed out before
+cached ones.
 """
 
 from __future__ import annotations
@@ -100,10 +101,6 @@ class BlockManager:
             blocks.append(block)
         return blocks
 
-    def can_allocate(self, prompt: Sequence[int], total_tokens: int) -> bool:
-        hits = self.match(prompt)
-        return self._new_needed(hits, total_tokens) <= self._available(hits)
-
     def _new_needed(self, hits: list[int], total_tokens: int) -> int:
         return max(blocks_for(total_tokens, self.block_size) - len(hits), 0)
 
@@ -111,11 +108,13 @@ class BlockManager:
         """Free blocks left for new allocations once the hits are taken out of the free pool."""
         return self.free_blocks - sum(1 for b in hits if self._refs[b] == 0)
 
-    def allocate(self, prompt: Sequence[int], total_tokens: int) -> Allocation | None:
-        """Reserve a request's blocks, its cached prefix first; None when they are not free."""
+    def allocate(self, prompt: Sequence[int], total_tokens: int,
+                 keep_free: int = 0) -> Allocation | None:
+        """Blocks for `total_tokens` positions, the prompt's cached prefix first; None unless
+        they are free with `keep_free` blocks left over."""
         hits = self.match(prompt)
         need = self._new_needed(hits, total_tokens)
-        if need > self._available(hits):
+        if need + keep_free > self._available(hits):
             return None
         for block in hits:
             if self._refs[block] == 0:
@@ -126,6 +125,15 @@ class BlockManager:
         self.queries += len(prompt)
         self.hits += cached
         return Allocation(table, cached)
+
+    def grow(self, table: list[int], tokens: int) -> bool:
+        """Extend a request's table to cover `tokens` positions; False, leaving it as it was,
+        when there are not enough free blocks."""
+        need = blocks_for(tokens, self.block_size) - len(table)
+        if need > self.free_blocks:
+            return False
+        table.extend(self._take() for _ in range(need))
+        return True
 
     def _take(self) -> int:
         if self._free_plain:

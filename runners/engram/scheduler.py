@@ -1,10 +1,16 @@
-"""Continuous batching, pure Python (no torch): who is prefilled, who decodes, who waits.
+"""Continuous batching, pure Python (no torch): who is prefilled, who decodes, who waits, and
+who is preempted.
 
-Policy (as nano-vllm): a step either prefills one admitted request or decodes every running
-one. The head of the waiting queue is admitted only when a running slot (max_running) and its
-KV blocks (kv_blocks.py: reserved whole at admission, no preemption) are both free; otherwise
-it waits, and so does everyone behind it (FIFO, head of line). The waiting queue is bounded
-(full -> caller answers 503).
+Policy (as nano-vllm, with vLLM's handling of KV blocks): a step either prefills one admitted
+request or decodes every running one. KV blocks are taken as needed (kv_blocks.py). The head of
+the waiting queue is admitted when a running slot is free and the blocks of the tokens it must
+compute are free with a watermark left over for the running requests' growth (1 % of the pool,
+as vLLM's block manager; none when nothing runs); otherwise it waits, and so does everyone
+behind it (FIFO, head of line). When a decode step needs a block and none is free, the newest
+running request is preempted (as vLLM: last in, first out, by recompute): its blocks go back
+(their full blocks stay in the prefix cache) and it returns to the head of the queue, to be
+prefilled again over its prompt and the tokens it already generated. The waiting queue is
+bounded (full -> caller answers 503).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ class Sequence:
     output: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     cached_tokens: int = 0  # leading prompt tokens whose KV came from the prefix cache
+    reused_tokens: int = 0  # leading tokens of this admission's prefill already in its blocks
+    preemptions: int = 0
     finish_reason: str | None = None
     cancelled: bool = False
 
@@ -41,8 +49,13 @@ class Sequence:
         return len(self.prompt) + len(self.output)
 
     @property
-    def reserved_tokens(self) -> int:
-        """Positions the request may ever hold: what its KV reservation covers."""
+    def tokens(self) -> list[int]:
+        """Prompt and output: what a prefill computes (the prompt alone unless preempted)."""
+        return self.prompt + self.output
+
+    @property
+    def max_length(self) -> int:
+        """Positions the request may ever hold: its KV blocks at the longest."""
         return len(self.prompt) + self.params.max_tokens
 
     def context(self, tokens: int) -> list[int]:
@@ -61,15 +74,20 @@ class Step:
         return self.prefill is None and not self.decode
 
 
+WATERMARK = 0.01  # share of the pool an admission leaves free for running requests to grow
+
+
 class Scheduler:
     def __init__(self, max_running: int, max_waiting: int, blocks: BlockManager) -> None:
         self.max_running = max_running
         self.max_waiting = max_waiting
         self.blocks = blocks
+        self.watermark_blocks = int(WATERMARK * blocks.num_blocks)
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.running: list[Sequence] = []  # in order of admission
         # waiting requests a free running slot would take but the KV pool cannot hold now
         self.waiting_for_kv = 0
+        self.preemptions = 0
 
     def add(self, seq: Sequence) -> bool:
         """Queue a request; False when the waiting queue is full."""
@@ -84,18 +102,47 @@ class Scheduler:
         free_slots = self.max_running - len(self.running)
         if self.waiting and free_slots > 0:
             head = self.waiting[0]
-            got = self.blocks.allocate(head.prompt, head.reserved_tokens)
+            tokens = head.tokens
+            keep_free = self.watermark_blocks if self.running else 0
+            got = self.blocks.allocate(tokens, len(tokens), keep_free)
             if got is not None:
                 self.waiting.popleft()
-                head.block_table, head.cached_tokens = got.table, got.cached_tokens
+                head.block_table, head.reused_tokens = got.table, got.cached_tokens
+                if not head.preemptions:  # what the client's usage reports
+                    head.cached_tokens = got.cached_tokens
                 self.running.append(head)
                 return Step(prefill=head)
             self.waiting_for_kv = min(len(self.waiting), free_slots)
-        return Step(decode=[s for s in self.running if s.output])
+        return Step(decode=self._grow_running())
+
+    def _grow_running(self) -> list[Sequence]:
+        """The running requests that decode this step, each with a block for the position it
+        writes; while blocks run short, the newest running request is preempted."""
+        decode = []
+        for seq in list(self.running):  # oldest first: a victim is always newer than `seq`
+            if seq not in self.running or not seq.output:
+                continue
+            while not self.blocks.grow(seq.block_table, seq.length):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            else:
+                decode.append(seq)
+        return decode
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        # KV exists for every position but the last token's (never fed back)
+        self.blocks.register(seq.block_table, seq.tokens[:-1])
+        self.blocks.free(seq.block_table)
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
 
     def prefilled(self, seq: Sequence) -> None:
-        """The prompt's KV is computed: its full blocks become reusable prefixes."""
-        self.blocks.register(seq.block_table, seq.prompt)
+        """The prefill's KV is computed: its full blocks become reusable prefixes."""
+        self.blocks.register(seq.block_table, seq.tokens)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason

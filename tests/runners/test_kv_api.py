@@ -2,6 +2,7 @@
 context, cached prompt tokens in usage and the request log, vLLM's cache metrics, /stats."""
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -106,3 +107,19 @@ def test_prefix_caching_off_reports_false_and_caches_nothing(tmp_path):
         metrics = httpx.get(live.url + "/metrics").text
     assert usage["prompt_tokens_details"]["cached_tokens"] == 0
     assert 'enable_prefix_caching="False"' in metrics
+
+
+def test_requests_outgrowing_the_pool_are_preempted_and_still_answered_in_full(server):
+    """Two 40-token prompts fit the 8-block pool at once, but not at 40 + 80 tokens each: one
+    is preempted and prefilled again, and /metrics counts it under vLLM's name."""
+    def preemptions() -> float:
+        families = text_string_to_metric_families(httpx.get(server.url + "/metrics").text)
+        return next(f.samples[0].value for f in families if f.name == "vllm:num_preemptions")
+
+    before = preemptions()
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda start: complete(server, list(range(start, start + 40)),
+                                                       max_tokens=80), (4000, 5000)))
+    assert [a.json()["usage"]["completion_tokens"] for a in answers] == [80, 80]
+    assert preemptions() - before >= 1
+    assert httpx.get(server.url + "/stats").json()["preemptions"] >= 1

@@ -1,5 +1,5 @@
 """The engine on the paged KV pool (tiny preset): a prefix-cached prefill gives exactly the
-tokens of an uncached one, and a request the pool cannot hold yet waits for the one running."""
+tokens of an uncached one, and a request preempted for KV blocks gets exactly its own tokens."""
 
 import os
 import threading
@@ -82,10 +82,28 @@ def test_a_prefix_cached_prompt_gives_exactly_the_uncached_tokens(parts):
     assert stats["kv_blocks_used"] == 0  # everything released at the end
 
 
-def test_a_pool_for_one_request_makes_the_second_wait_until_the_first_finishes(parts):
-    a = Sequence("a", list(range(500, 520)), SamplingParams(max_tokens=44, ignore_eos=True))
-    b = Sequence("b", list(range(600, 620)), SamplingParams(max_tokens=44, ignore_eos=True))
-    eng = engine(parts, kv_blocks=4)  # 64 tokens: exactly one 20 + 44 request
+def two_requests() -> tuple[Sequence, Sequence]:
+    return tuple(Sequence(name, list(range(start, start + 20)),
+                          SamplingParams(max_tokens=44, ignore_eos=True))
+                 for name, start in (("a", 500), ("b", 600)))
+
+
+def test_requests_outgrowing_the_pool_preempt_the_newest_which_keeps_its_tokens(parts):
+    """4 blocks (64 tokens) hold both 20-token prompts but one request at its full 64: when a
+    outgrows its share, b (the newer) is preempted, waits for KV while a runs on, and is
+    prefilled again over its prompt and output once a ends; each gets exactly the tokens it
+    gets alone."""
+    alone = []
+    for seq in two_requests():
+        eng = engine(parts)
+        eng.start()
+        try:
+            assert submit(eng, seq).wait(30)
+        finally:
+            eng.stop()
+        alone.append(seq.output)
+    a, b = two_requests()
+    eng = engine(parts, kv_blocks=4)
     log: list = []
     done = [submit(eng, a, log), submit(eng, b, log)]
     eng.start()
@@ -93,13 +111,18 @@ def test_a_pool_for_one_request_makes_the_second_wait_until_the_first_finishes(p
         assert all(d.wait(30) for d in done)
     finally:
         eng.stop()
+    assert [a.output, b.output] == alone and len(b.output) == 44
+    assert (a.preemptions, b.preemptions, eng.kv_snapshot()["preemptions"]) == (0, 1, 1)
     names = [entry[0] for entry in log]
-    a_end = names.index("a") + names.count("a") - 1
-    assert log[a_end][1] == "length" and names[a_end + 1 :] == ["b"] * 44  # b starts after a
-    assert all(waiting_for_kv == 1 and waiting == 1 for _, _, waiting_for_kv, waiting
-               in log[1:a_end])  # meanwhile b waited for KV, with a running slot free
+    a_end = len(names) - 1 - names[::-1].index("a")
+    b_before = names[:a_end].count("b")  # b's tokens before it was preempted
+    assert 0 < b_before < 44 and names[a_end + 1 :] == ["b"] * (44 - b_before)
+    preempted = [i for i, name in enumerate(names) if name == "b"][b_before - 1]
+    assert names[preempted + 1 : a_end + 1] == ["a"] * (a_end - preempted)  # a alone
+    # meanwhile b waits for KV, with a running slot free
+    assert all(waiting_for_kv == 1 and waiting == 1
+               for _, _, waiting_for_kv, waiting in log[preempted + 2 : a_end])
     assert eng.kv_snapshot()["requests_waiting_for_kv"] == 0
-    assert len(a.output) == len(b.output) == 44
 
 
 def test_a_request_larger_than_the_pool_is_refused_at_submit(parts):
