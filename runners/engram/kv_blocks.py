@@ -41,7 +41,7 @@ def chain_hash(parent: bytes, tokens: Sequence[int]) -> bytes:
 @dataclass(slots=True)
 class Allocation:
     table: list[int]  # block ids, position p lives in table[p // 16] at p % 16
-    cached_tokens: int  # leading prompt tokens whose KV is already in the table's blocks
+    cached_tokens: int  # leading tokens whose KV is already in the table's blocks
 
 
 class BlockManager:
@@ -57,7 +57,7 @@ class BlockManager:
         self._by_hash: dict[bytes, int] = {}
         self._free_plain = list(range(num_blocks - 1, -1, -1))  # free, no cached prefix
         self._free_cached: OrderedDict[int, None] = OrderedDict()  # free, cached; LRU first
-        self.queries = 0  # prompt tokens looked up in the prefix cache (at admission)
+        self.queries = 0  # prompt tokens looked up in the prefix cache (first admissions)
         self.hits = 0  # of those, tokens found cached
 
     # -- capacity -----------------------------------------------------------------------
@@ -108,10 +108,11 @@ class BlockManager:
         """Free blocks left for new allocations once the hits are taken out of the free pool."""
         return self.free_blocks - sum(1 for b in hits if self._refs[b] == 0)
 
-    def allocate(self, prompt: Sequence[int], total_tokens: int,
-                 keep_free: int = 0) -> Allocation | None:
+    def allocate(self, prompt: Sequence[int], total_tokens: int, keep_free: int = 0,
+                 count: bool = True) -> Allocation | None:
         """Blocks for `total_tokens` positions, the prompt's cached prefix first; None unless
-        they are free with `keep_free` blocks left over."""
+        they are free with `keep_free` blocks left over. `count`: the lookup counts in
+        `queries` and `hits` (a prompt's first admission, not a preempted request's)."""
         hits = self.match(prompt)
         need = self._new_needed(hits, total_tokens)
         if need + keep_free > self._available(hits):
@@ -122,8 +123,9 @@ class BlockManager:
             self._refs[block] += 1
         table = hits + [self._take() for _ in range(need)]
         cached = len(hits) * self.block_size
-        self.queries += len(prompt)
-        self.hits += cached
+        if count:
+            self.queries += len(prompt)
+            self.hits += cached
         return Allocation(table, cached)
 
     def grow(self, table: list[int], tokens: int) -> bool:

@@ -90,8 +90,9 @@ class Scheduler:
         self.preemptions = 0
 
     def add(self, seq: Sequence) -> bool:
-        """Queue a request; False when the waiting queue is full."""
-        if len(self.waiting) >= self.max_waiting:
+        """Queue a request; False when the waiting queue is full (of new requests: the
+        preempted ones back in it were admitted before and do not count)."""
+        if sum(not s.preemptions for s in self.waiting) >= self.max_waiting:
             return False
         self.waiting.append(seq)
         return True
@@ -99,21 +100,25 @@ class Scheduler:
     def schedule(self) -> Step:
         self._drop_cancelled()
         self.waiting_for_kv = 0
-        free_slots = self.max_running - len(self.running)
-        if self.waiting and free_slots > 0:
+        if self.waiting and len(self.running) < self.max_running:
             head = self.waiting[0]
             tokens = head.tokens
             keep_free = self.watermark_blocks if self.running else 0
-            got = self.blocks.allocate(tokens, len(tokens), keep_free)
+            # a preempted request's lookup is not a prompt's: the prefix-cache counters
+            # (vLLM's names) count each prompt once, as its usage reports it
+            first = not head.preemptions
+            got = self.blocks.allocate(tokens, len(tokens), keep_free, count=first)
             if got is not None:
                 self.waiting.popleft()
                 head.block_table, head.reused_tokens = got.table, got.cached_tokens
-                if not head.preemptions:  # what the client's usage reports
+                if first:
                     head.cached_tokens = got.cached_tokens
                 self.running.append(head)
                 return Step(prefill=head)
-            self.waiting_for_kv = min(len(self.waiting), free_slots)
-        return Step(decode=self._grow_running())
+        decode = self._grow_running()
+        if self.waiting:  # the head did not fit, or was just preempted
+            self.waiting_for_kv = min(len(self.waiting), self.max_running - len(self.running))
+        return Step(decode=decode)
 
     def _grow_running(self) -> list[Sequence]:
         """The running requests that decode this step, each with a block for the position it

@@ -110,16 +110,19 @@ def test_prefix_caching_off_reports_false_and_caches_nothing(tmp_path):
 
 
 def test_requests_outgrowing_the_pool_are_preempted_and_still_answered_in_full(server):
-    """Two 40-token prompts fit the 8-block pool at once, but not at 40 + 80 tokens each: one
-    is preempted and prefilled again, and /metrics counts it under vLLM's name."""
-    def preemptions() -> float:
+    """Two 20-token prompts fit the 8-block pool at once (the second as long as the first
+    holds under 97 tokens), but not at 20 + 100 tokens each: one is preempted and prefilled
+    again, /metrics counts it under vLLM's name, and the prefix-cache counters count each
+    prompt once."""
+    def metrics() -> dict[str, float]:
         families = text_string_to_metric_families(httpx.get(server.url + "/metrics").text)
-        return next(f.samples[0].value for f in families if f.name == "vllm:num_preemptions")
+        return {f.name: f.samples[0].value for f in families if f.samples}
 
-    before = preemptions()
+    before = metrics()
     with ThreadPoolExecutor(2) as pool:
-        answers = list(pool.map(lambda start: complete(server, list(range(start, start + 40)),
-                                                       max_tokens=80), (4000, 5000)))
-    assert [a.json()["usage"]["completion_tokens"] for a in answers] == [80, 80]
-    assert preemptions() - before >= 1
-    assert httpx.get(server.url + "/stats").json()["preemptions"] >= 1
+        answers = list(pool.map(lambda start: complete(server, list(range(start, start + 20)),
+                                                       max_tokens=100), (4000, 5000)))
+    after = metrics()
+    assert [a.json()["usage"]["completion_tokens"] for a in answers] == [100, 100]
+    assert after["vllm:num_preemptions"] - before.get("vllm:num_preemptions", 0) >= 1
+    assert after["vllm:prefix_cache_queries"] - before["vllm:prefix_cache_queries"] == 40

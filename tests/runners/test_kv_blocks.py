@@ -118,11 +118,25 @@ def test_running_requests_that_outgrow_the_pool_preempt_the_newest_which_recompu
     assert step.decode == [a] and list(s.waiting) == [b] and s.running == [a]
     assert (b.preemptions, s.preemptions, b.block_table) == (1, 1, [])
     assert s.blocks.used_blocks == 3  # b's blocks went back; a holds three
+    assert s.waiting_for_kv == 1  # b waits for KV from this step on
     s.finish(a, "length")
     assert s.schedule().prefill is b  # back at the head, prefilled over prompt and output
     assert len(b.block_table) * 16 >= b.length
     assert b.reused_tokens == 16  # b's first block, named when it was preempted, survived
     assert b.cached_tokens == 0  # what its usage reports: its first admission found nothing
+    assert (s.blocks.queries, s.blocks.hits) == (60, 0)  # each prompt looked up once
+
+
+def test_preempted_requests_do_not_fill_the_waiting_queue_for_new_ones():
+    s = Scheduler(max_running=3, max_waiting=1, blocks=BlockManager(4))
+    a, b = seq("a", 30, 34), seq("b", 30, 34)
+    for x in (a, b):
+        assert s.add(x)
+        assert s.schedule().prefill is x
+        x.output.append(9)
+    grow_to(s, a, 33)
+    assert list(s.waiting) == [b]
+    assert s.add(seq("c", 4, 4)) and not s.add(seq("d", 4, 4))
 
 
 def test_a_request_needing_a_block_when_it_is_the_newest_preempts_itself():

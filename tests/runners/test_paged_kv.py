@@ -121,7 +121,7 @@ def test_requests_outgrowing_the_pool_preempt_the_newest_which_keeps_its_tokens(
     assert names[preempted + 1 : a_end + 1] == ["a"] * (a_end - preempted)  # a alone
     # meanwhile b waits for KV, with a running slot free
     assert all(waiting_for_kv == 1 and waiting == 1
-               for _, _, waiting_for_kv, waiting in log[preempted + 2 : a_end])
+               for _, _, waiting_for_kv, waiting in log[preempted + 1 : a_end])
     assert eng.kv_snapshot()["requests_waiting_for_kv"] == 0
 
 
