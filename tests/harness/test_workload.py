@@ -8,7 +8,7 @@ from harness.run.workload import calibrate, payload
 
 
 @pytest.mark.parametrize(("overhead", "per_word"), [(0, 1.0), (30, 1.0), (12, 1.6), (5, 0.8)])
-def test_calibration_lands_within_five_percent(overhead, per_word):
+def test_calibration_lands_within_two_percent(overhead, per_word):
     probes = []
 
     async def probe(words: int) -> int:
@@ -16,7 +16,7 @@ def test_calibration_lands_within_five_percent(overhead, per_word):
         return overhead + round(per_word * words)
 
     cal = asyncio.run(calibrate(128, probe))
-    assert abs(cal.prompt_tokens - 128) <= 0.05 * 128
+    assert abs(cal.prompt_tokens - 128) <= 0.02 * 128
     assert len(probes) <= 8
     assert "measured" in cal.describe()
 
@@ -27,7 +27,7 @@ def test_calibration_against_the_fake_tokenizer(prompts):
         return count_prompt_tokens([prompts.sized(words).text("20261129-180121-2ecb-c0-r0-w0", -1)])
 
     cal = asyncio.run(calibrate(512, probe))
-    assert abs(cal.error) <= 0.05
+    assert abs(cal.error) <= 0.02
 
 
 def test_server_without_usage_is_said_not_hidden():
