@@ -3,7 +3,7 @@
 The fake server (its own process) logs per request when it read the body and when it wrote
 the first and last token, on `time.perf_counter` (CLOCK_MONOTONIC, shared by processes on
 Linux). For each level we print client TTFT minus the server's TTFT (bias), the relative TPS
-error, and the client's CPU time per streamed chunk, for four clients run one after another
+error, and the client's CPU time per streamed chunk, for seven clients run one after another
 at every level against the same server process (the order rotates from level to level, so
 drift hits all alike):
 
@@ -379,7 +379,7 @@ async def _measure_all(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
                        rates: tuple[float, ...], args: argparse.Namespace, tty: TextIO,
                        ) -> tuple[dict[tuple[int, str], Measured], dict[float, RateMeasured]]:
     measured = await _measure(url, levels, arms, args, tty) if levels and arms else {}
-    # what the closed-loop section left (six clients' modules and results) is the
+    # what the closed-loop section left (the clients' modules and results) is the
     # benchmark's, not the harness's: keep it out of the collector's full scans (gen-2
     # pauses of 24-35 ms here) during the open-loop levels
     gc.collect()

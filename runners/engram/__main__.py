@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running", type=int, help="default: the profile's")
     p.add_argument("--kv-pool-gb", type=float,
                    help="KV pool size in GiB (default: the device's published pool scaled like "
-                        "the table, e.g. spark; else every running request at full context)")
+                        "the table, e.g. spark; else 1,024 tokens per running request, at least "
+                        "one full context)")
     p.add_argument("--no-prefix-caching", action="store_true",
                    help="do not reuse the KV of prompt prefixes (16-token blocks) across requests")
     p.add_argument("--request-log", type=Path, metavar="FILE",
