@@ -138,9 +138,10 @@ SELECT
     avg(q.cached_tokens) FILTER (WHERE q.ok) AS mean_cached_tokens,
     -- users mode: the share of each user's time with a request running (busy / busy + think)
     -- over the requests a think followed (harness.run.users.duty_cycle)
-    CASE WHEN count(q.think_ms) > 0
+    CASE WHEN count(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL) > 0
          THEN sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
-              / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL) + sum(q.think_ms)) END
+              / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
+                 + sum(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL)) END
         AS duty_cycle
 FROM q JOIN runs USING (run_id)
 LEFT JOIN probes p ON p.run_id = q.run_id AND p.concurrency = q.concurrency AND q.rate IS NULL

@@ -156,18 +156,18 @@ class RunConfig:
                               f"with a request running, not {self.duty_cycle:g}")
         if self.think_s is not None and not 0 <= self.think_s < math.inf:
             raise ConfigError(f"--think-time must be 0 or more seconds, not {self.think_s:g}")
-        chosen = [flag for flag, value in (("--profile", self.profile),
-                                           ("--duty-cycle", self.duty_cycle),
-                                           ("--think-time", self.think_s)) if value]
+        chosen = [flag for flag, given in (("--profile", bool(self.profile)),
+                                           ("--duty-cycle", self.duty_cycle is not None),
+                                           ("--think-time", self.think_s is not None)) if given]
         if self.mode != "users":
-            if chosen or self.think_s is not None:
-                raise ConfigError(f"{(chosen or ['--think-time'])[0]} needs --mode users")
+            if chosen:
+                raise ConfigError(f"{chosen[0]} needs --mode users")
             return
         if self.profile and self.profile not in PROFILES:
             raise ConfigError(f"--profile must be one of {', '.join(PROFILES)}, "
                               f"not {self.profile!r}")
-        if self.duty_cycle is not None and self.think_s is not None:
-            raise ConfigError("--duty-cycle and --think-time both set the think time: give one")
+        if len(chosen) > 1:  # a profile's published factor would misname another duty
+            raise ConfigError(f"{' and '.join(chosen)} each set the think time: give one")
 
     @property
     def think(self) -> ThinkModel | None:
@@ -180,15 +180,17 @@ class RunConfig:
 
     @property
     def longest_request_tokens(self) -> int:
-        """Context the last turn of a conversation needs: every turn's message and answer."""
-        return self.turns * (self.input_tokens + self.output_tokens)
+        """Context the last turn of a conversation needs: every turn's message and answer (a
+        level's rounds end a conversation early when there are fewer of them than turns)."""
+        return min(self.turns, self.rounds) * (self.input_tokens + self.output_tokens)
 
     def check_server_limits(self, context: int | None, kv_pool: int | None) -> None:
         """Refuse, before anything is sent, a length the server said it cannot hold: its
         context (/v1/models max_model_len) or its whole KV pool (vllm:cache_config_info)."""
         need = self.longest_request_tokens
+        turns = min(self.turns, self.rounds)
         how = (f"{self.input_tokens} prompt + {self.output_tokens} output tokens"
-               + (f" x {self.turns} turns" if self.turns > 1 else ""))
+               + (f" x {turns} turns" if turns > 1 else ""))
         if context is not None and need > context:
             raise ConfigError(f"the longest request of this run needs {need} tokens ({how}), "
                               f"above the server's {context}-token context (its max_model_len)")

@@ -7,7 +7,7 @@ to `commit` as soon as its C records exist, so a killed process loses at most th
 earlier ones; the level (concurrency 0, round 0, worker = request index) is committed whole
 once its last request ends, so a resume runs a rate level again or not at all. `users`: U
 simulated users (the level), each like a closed worker that thinks between its requests
-(harness.run.users); a user's first request waits a think too, so users arrive spread out.
+(harness.run.users); users arrive spread out, and their stored requests begin once all have.
 
 `--turns N` makes each worker (or user) a conversation of N turns: round r is turn r % N + 1,
 and each turn resends the conversation so far (its messages and the answers they got) with a
@@ -215,30 +215,47 @@ class Sweep:
         return LevelOutcome(c, records, time.process_time() - cpu0,
                             unstored_chunks=self._unstored_chunks)
 
+    async def _lead_in(self, c: int, w: int, k: int) -> RequestRecord:
+        """An unstored request before a user's rounds (its k-th; w = c: the level's first,
+        sent alone); its prompts take ordinals above the fillers' and below calibration's."""
+        ordinal = FILLER_ORDINAL + 1 + k * (c + 1) + w
+        record = await self._one(c, k, w, ordinal=ordinal, tag="-lead")
+        self._unstored_chunks += record.chunks
+        return record
+
     async def _closed(self, c: int, rounds: Sequence[int], commit: Commit,
                       on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
         """Closed workers. In mode users each thinks after every request (stored with it).
-        Users start spread over one cycle of the last level's mean request and send one
-        unstored request and its think before their rounds, so the first stored requests do
-        not meet a synchronised burst; a user done with its rounds keeps sending unstored
-        requests until every user is done, so each stored request meets the load of all U
-        users, not a level emptying at its end."""
+        Users start spread over one cycle of the last level's mean request (on a run's first
+        level, of one unstored request sent alone first) and send unstored requests, each
+        followed by its think, until every user has begun: so each stored request meets all
+        U users, and none a synchronised first burst. A user done with its rounds keeps
+        sending unstored requests until every user is done, so each stored request meets the
+        load of all U users, not a level emptying at its end."""
         pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
         done: list[RequestRecord] = []
         think = self.config.think
-        finished = 0
-        all_done = asyncio.Event()
+        started = finished = 0
+        all_started, all_done = asyncio.Event(), asyncio.Event()
+        if think is not None and not self._typical_latency_s:
+            alone = await self._lead_in(c, c, 0)  # worker c: no user's
+            self._typical_latency_s = (alone.latency_ms or 0.0) / 1000
 
         async def worker(w: int) -> None:
-            nonlocal finished
+            nonlocal started, finished
             history = self._conversation()
             rng = think_rng(self.config.seed, c, w, repeat)
-            if think is not None:  # arrive spread out, then one unstored cycle to settle
+            if think is not None:  # arrive spread out; unstored requests until all have come
                 cycle = self._typical_latency_s + think.mean_s(self._typical_latency_s)
                 await asyncio.sleep(rng.uniform(0, cycle))
-                lead = await self._one(c, 0, w, ordinal=FILLER_ORDINAL + 1 + w, tag="-lead")
-                self._unstored_chunks += lead.chunks
-                await asyncio.sleep(think.draw(rng, (lead.latency_ms or 0.0) / 1000))
+                started += 1
+                if started == c:
+                    all_started.set()
+                for k in itertools.count():
+                    lead = await self._lead_in(c, w, k)
+                    await asyncio.sleep(think.draw(rng, (lead.latency_ms or 0.0) / 1000))
+                    if all_started.is_set():
+                        break
             last_s = 0.0
             for rnd in rounds:
                 record = await self._one(c, rnd, w, repeat=repeat, history=history)
@@ -262,11 +279,19 @@ class Sweep:
                 all_done.set()
                 return
             load = asyncio.create_task(self._keep_load(c, w, rng, think, pause or 0.0))
-            await all_done.wait()
-            load.cancel()
-            await asyncio.gather(load, return_exceptions=True)
+            try:
+                await all_done.wait()
+            finally:  # also when the level is cancelled (Ctrl-C) or another user failed
+                load.cancel()
+                await asyncio.gather(load, return_exceptions=True)
 
-        await asyncio.gather(*(worker(w) for w in range(c)))
+        workers = [asyncio.create_task(worker(w)) for w in range(c)]
+        try:
+            await asyncio.gather(*workers)
+        finally:  # a failed or cancelled level leaves no user sending
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
         return done
 
     async def _keep_load(self, c: int, w: int, rng: random.Random, think: ThinkModel,

@@ -57,6 +57,8 @@ def test_levels_view_duty_cycle_and_turns_match_python(store):
         r.think_ms = None if r.round == 2 else 40.0 + 7 * i  # the last round: no think
         r.turn = r.round + 1
         r.cached_tokens = 16 * r.round
+    failed = next(r for r in records if r.concurrency == 4 and r.round == 0)
+    failed.latency_ms = None  # a connect failure: a think followed, no request ran
     store.write_requests("run-a", records)
     by_level = {row["concurrency"]: row for row in store.levels("run-a")}
     for c in (1, 2, 4):

@@ -7,6 +7,7 @@ import random
 import statistics
 import subprocess
 
+import httpx
 import pytest
 
 from harness.results.records import RequestRecord
@@ -123,6 +124,8 @@ def test_search_finds_the_highest_passing_user_count(tmp_path, mock_process):
     (("--turns", "0"), "--turns must be at least 1"),
     (("--profile", "chat"), "--profile needs --mode users"),
     (("--mode", "users", "--duty-cycle", "0.5", "--think-time", "1"), "give one"),
+    (("--mode", "users", "--profile", "agentic", "--think-time", "0"), "give one"),
+    (("--mode", "users", "--profile", "chat", "--duty-cycle", "0.9"), "give one"),
 ])
 def test_bad_users_settings_get_one_sentence_and_exit_2(tmp_path, mock_server, flags, says):
     db = tmp_path / "bad.duckdb"
@@ -145,11 +148,16 @@ def test_lengths_the_server_cannot_hold_are_refused_before_anything_is_stored(
                    "--db", str(db), "--input-tokens", "300")
     assert pool.returncode == 2
     assert "KV pool holds 320 tokens, too small for one request of 428" in pool.stderr
-    turns = run_cli("run", "--url", mock_server.url, "--levels", "1", "--rounds", "1",
+    turns = run_cli("run", "--url", mock_server.url, "--levels", "1", "--rounds", "3",
                     "--db", str(db), "--input-tokens", "100", "--output-tokens", "40",
                     "--turns", "3")
     assert turns.returncode == 2 and "x 3 turns" in turns.stderr
     assert not Store(db).runs()
+    # with fewer rounds than turns a conversation ends early: 2 x 140 tokens fit the pool
+    short = run_cli("run", "--url", mock_server.url, "--levels", "1", "--rounds", "2",
+                    "--db", str(db), "--input-tokens", "100", "--output-tokens", "40",
+                    "--turns", "3", "--no-progress")
+    assert short.returncode == 0, short.stderr
 
 
 def test_make_bench_passes_the_users_profile_and_turns():
@@ -160,3 +168,28 @@ def test_make_bench_passes_the_users_profile_and_turns():
     plain = subprocess.run(["make", "-n", "bench"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout
     assert "--profile" not in plain and "--turns" not in plain
+
+
+def test_every_stored_request_is_sent_once_all_users_have_begun(tmp_path, mock_process):
+    """Users arrive spread over a cycle and send unstored requests until the last has come:
+    by the fake server's own log, no stored request of a level was read before the level's
+    last user sent its first request. A fresh run's first level sizes the spread by one
+    request sent alone before any user's."""
+    url = mock_process("--ttft-ms", "20", "--itl-ms", "2")
+    db = tmp_path / "u.duckdb"
+    out = run_cli("run", "--url", url, "--mode", "users", "--profile", "chat", "--levels",
+                  "4,16", "--rounds", "3", "--db", str(db), *SHORT, *TARGET, "--json")
+    assert out.returncode == 0, out.stderr
+    run_id = json.loads(out.stdout)["run_id"]
+    read = {t["request_id"]: t["body_read"]
+            for t in httpx.get(url[:-3] + "/mock/timings").json()}
+    stored = Store(db).requests(run_id)
+    for c in (4, 16):
+        leads = {rid: at for rid, at in read.items() if f"-lead-c{c}-" in rid}
+        first = {w: min(at for rid, at in leads.items() if rid.endswith(f"-w{w}"))
+                 for w in range(c)}
+        assert min(read[r.request_id] for r in stored if r.concurrency == c) > max(
+            first.values())
+    alone = [at for rid, at in read.items() if rid.endswith("-lead-c4-r0-w4")]
+    assert len(alone) == 1 and alone[0] < min(at for rid, at in read.items()
+                                              if "-lead-c4-" in rid and rid[-3:] != "-w4")
