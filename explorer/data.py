@@ -447,11 +447,6 @@ def _duty_at(levels_frame: pd.DataFrame, run_id: str, users: int) -> float | Non
     return float(rows.iloc[0]) if len(rows) else None
 
 
-def as_users(warning: str) -> str:
-    """A capacity warning about a users run, in its terms (Max users, U=)."""
-    return warning.replace("Max C", "Max users").replace("C=", "U=")
-
-
 def users_verdict(cap: Capacity, duty: float | None) -> str:
     """A users run's line: the highest passing user count, how far it can be trusted and the
     duty cycle measured there."""
@@ -489,7 +484,7 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
     for run_id, paired in pairs.items():
         if run_id not in pts:
             continue
-        cap = capacity(pts[run_id], targets)
+        cap = capacity(pts[run_id], targets, users_levels=True)
         duty = _duty_at(levels_frame, run_id, cap.max_c)
         max_c = capacity(pts[paired], targets).max_c if paired in pts else None
         factor, how = users_factor(settings.loc[run_id].to_dict(), duty, targets)
@@ -509,7 +504,7 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
                      "factor": how, "paired_max_c": max_c,
                      "measured_factor": est.measured_factor, "verdict": line,
                      "passing": ",".join(str(v.concurrency) for v in cap.levels if v.passes),
-                     "warnings": "; ".join(as_users(w) for w in cap.warnings)})
+                     "warnings": "; ".join(cap.warnings)})
     return pd.DataFrame(rows, columns=USERS_COLUMNS)
 
 

@@ -176,7 +176,7 @@ else:
         users = run.get("mode") == "users"  # run --mode users: a level is a user count U
         user_runs = {run_id} if users else set()
         points = data.points(levels, targets.statistic).get(run_id, [])
-        cap = capacity(points, targets)
+        cap = capacity(points, targets, users_levels=users)
         passing = {(run_id, v.concurrency) for v in cap.levels if v.passes}
         if users:
             show_users_headline(run_id, len(levels))
@@ -188,7 +188,7 @@ else:
             cols[2].metric("agentic users", cap.agentic_users)
             cols[3].metric("levels", len(levels))
         for warning in cap.warnings:
-            st.warning(data.as_users(warning) if users else warning)
+            st.warning(warning)
         db, version = ui.database()
         band = bands(str(db), version, run_id)
         left, right = st.columns(2)

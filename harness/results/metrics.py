@@ -223,15 +223,18 @@ def users(max_c: int, factor: float) -> int:
     return math.floor(max_c * factor + 1e-9)
 
 
-def capacity(points: Iterable[LevelPoint], targets: Targets | None = None) -> Capacity:
+def capacity(points: Iterable[LevelPoint], targets: Targets | None = None,
+             users_levels: bool = False) -> Capacity:
     """Max C = highest tested level that passes; a pass above a failure is warned about, and
-    so is a pass at the top level, which only bounds Max C from below."""
+    so is a pass at the top level, which only bounds Max C from below. `users_levels`: the
+    levels are user counts U (mode users), and the warnings say so."""
     targets = targets or Targets()
+    level, best = ("U", "Max users") if users_levels else ("C", "Max C")
     verdicts = [judge(p, targets) for p in sorted(points, key=lambda p: p.concurrency)]
     passing = [v.concurrency for v in verdicts if v.passes]
     max_c = max(passing, default=0)
     warnings = [
-        f"C={v.concurrency} cannot be judged ({v.reason}), so it does not pass"
+        f"{level}={v.concurrency} cannot be judged ({v.reason}), so it does not pass"
         for v in verdicts
         if v.reason.startswith("no ") and ";" not in v.reason
     ]
@@ -239,15 +242,17 @@ def capacity(points: Iterable[LevelPoint], targets: Targets | None = None) -> Ca
     above = [c for c in tested if c > max_c]
     if max_c and above and min(above) > 2 * max_c:
         warnings.append(
-            f"Max C is a lower bound: no level between C={max_c} and C={min(above)} was tested"
+            f"{best} is a lower bound: no level between {level}={max_c} and "
+            f"{level}={min(above)} was tested"
         )
     failed_below = [v.concurrency for v in verdicts if not v.passes and v.concurrency < max_c]
     if failed_below:
         warnings.append(
-            f"C={max_c} passes although lower level(s) C={','.join(map(str, failed_below))} fail"
+            f"{level}={max_c} passes although lower level(s) "
+            f"{level}={','.join(map(str, failed_below))} fail"
         )
     if max_c and not above:
-        warnings.append(f"Max C >= {max_c}: no higher level was tested")
+        warnings.append(f"{best} >= {max_c}: no higher level was tested")
     if not verdicts:
         warnings.append("no levels to judge")
     elif max_c == 0:

@@ -141,13 +141,15 @@ def _concurrency_levels(
     run: dict, stats: Sequence[LevelStats], targets: Targets, search: SearchPlan | None
 ) -> tuple[list[dict], dict, list[str]]:
     """Per-level rows, Max C with users, and warnings of a closed or burst run."""
-    cap = capacity([point(s, targets.statistic) for s in stats], targets)
+    users_levels = run.get("mode") == "users"
+    cap = capacity([point(s, targets.statistic) for s in stats], targets, users_levels)
     verdicts = {v.concurrency: v for v in cap.levels}
     levels = [_level_row(s, verdicts[s.concurrency], SUMMARY_LEVEL_FIELDS) for s in stats]
     warnings = list(cap.warnings)
     missing = sorted(set(run["levels"]) - {s.concurrency for s in stats})
     if missing:
-        warnings.append(f"levels not measured: C={','.join(map(str, missing))}")
+        warnings.append(f"levels not measured: {'U' if users_levels else 'C'}="
+                        f"{','.join(map(str, missing))}")
     found = {
         "max_c": cap.max_c,
         "max_c_search": ({"how": search.how, "exact": search.exact,

@@ -59,6 +59,14 @@ def test_pass_above_a_failure_is_reported_with_a_warning():
     assert any("lower level(s) C=2 fail" in w for w in cap.warnings)
 
 
+def test_users_levels_are_warned_about_as_users():
+    points = [LevelPoint(4, 100, 50), LevelPoint(8, 1500, 50), LevelPoint(16, 900, 25)]
+    warnings = capacity(points, users_levels=True).warnings
+    assert any("U=16 passes although lower level(s) U=8 fail" in w for w in warnings)
+    assert "Max users >= 16: no higher level was tested" in warnings
+    assert not any("Max C" in w or "C=" in w.replace("U=", "") for w in warnings)
+
+
 def test_missing_figure_cannot_pass_and_is_said():
     cap = capacity([LevelPoint(1, 213, 36.0), LevelPoint(8, None, 25.0)])
     assert cap.max_c == 1
