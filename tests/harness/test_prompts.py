@@ -7,6 +7,7 @@ import pytest
 from harness.run import corpus
 from harness.run.config import RunConfig
 from harness.run.prompts import PromptFileError, RandomWords, load, pieces, spread
+from harness.run.session import CALIBRATION_SAMPLES
 from harness.run.sweep import Sweep, calibration_ordinal
 from harness.wire.endpoint import Endpoint
 
@@ -61,9 +62,9 @@ def test_every_request_of_a_run_gets_its_own_prompt():
         ordinals = [sweep.ordinal(c, r, w) for c in config.levels
                     for r in range(config.rounds) for w in range(c)]
         ordinals += [sweep.warmup_ordinal(i) for i in range(config.warmup)]
-        ordinals += [calibration_ordinal(i) for i in range(4)]
+        ordinals += [calibration_ordinal(i) for i in range(CALIBRATION_SAMPLES)]
         texts = {sweep.prompts.text(KEY, o) for o in ordinals}
-        assert len(texts) == len(ordinals) == 150 + 5 + 4
+        assert len(texts) == len(ordinals) == 150 + 5 + CALIBRATION_SAMPLES
     finally:
         sweep.close()
 
