@@ -28,10 +28,11 @@ from pathlib import Path
 from harness.results.metrics import Targets, capacity, point, stats_by_level
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import RunConfig
+from harness.run.config import RunConfig, parse_levels
 from harness.run.progress import LevelProgress
 from harness.run.session import execute, new_run_id
 from harness.wire.endpoint import Endpoint
+from runners.engram.kv_blocks import blocks_for
 from runners.lifecycle import BundledServer
 
 PLACEMENTS = ("device", "nvme")
@@ -41,10 +42,6 @@ DEFAULT_DB = Path("results/kv_tradeoff.duckdb")
 def server_args(placement: str, args: argparse.Namespace) -> list[str]:
     return ["--device", "spark", "--preset", args.preset, "--placement", placement,
             "--table-size-gb", str(args.table_gb), "--decode", "replay"]
-
-
-def parse_levels(text: str) -> tuple[int, ...]:
-    return tuple(int(c) for c in text.split(","))
 
 
 def run_length(urls: dict[str, str], prompt: int, levels: tuple[int, ...], rounds: int,
@@ -80,7 +77,7 @@ def kv_figures(store: Store, run_id: str, prompt: int,
     stats = store.server_stats(run_id)[-1]["after"]
     pool = stats["kv_pool_tokens"]
     block = stats["kv_block_size"]
-    per_request = -(-(prompt + output) // block)  # blocks of one request at its full length
+    per_request = blocks_for(prompt + output, block)  # one request at its full length
     rows = store.server_metrics(run_id)
     waiting = max((row["value"] for row in rows
                    if row["name"] == "vllm:num_requests_waiting" and row["stat"] == "max"),

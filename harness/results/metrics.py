@@ -223,13 +223,18 @@ def users(max_c: int, factor: float) -> int:
     return math.floor(max_c * factor + 1e-9)
 
 
+def level_names(users_levels: bool) -> tuple[str, str]:
+    """How a level and the capacity read: ("C", "Max C"), or ("U", "Max users") in users mode."""
+    return ("U", "Max users") if users_levels else ("C", "Max C")
+
+
 def capacity(points: Iterable[LevelPoint], targets: Targets | None = None,
              users_levels: bool = False) -> Capacity:
     """Max C = highest tested level that passes; a pass above a failure is warned about, and
     so is a pass at the top level, which only bounds Max C from below. `users_levels`: the
     levels are user counts U (mode users), and the warnings say so."""
     targets = targets or Targets()
-    level, best = ("U", "Max users") if users_levels else ("C", "Max C")
+    level, best = level_names(users_levels)
     verdicts = [judge(p, targets) for p in sorted(points, key=lambda p: p.concurrency)]
     passing = [v.concurrency for v in verdicts if v.passes]
     max_c = max(passing, default=0)

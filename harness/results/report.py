@@ -20,6 +20,7 @@ from harness.results.metrics import (
     Targets,
     capacity,
     first_turns,
+    level_names,
     point,
     prompt_warning,
     rate_capacity,
@@ -148,7 +149,7 @@ def _concurrency_levels(
     warnings = list(cap.warnings)
     missing = sorted(set(run["levels"]) - {s.concurrency for s in stats})
     if missing:
-        warnings.append(f"levels not measured: {'U' if users_levels else 'C'}="
+        warnings.append(f"levels not measured: {level_names(users_levels)[0]}="
                         f"{','.join(map(str, missing))}")
     found = {
         "max_c": cap.max_c,

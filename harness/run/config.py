@@ -179,16 +179,19 @@ class RunConfig:
         return ThinkModel(duty_cycle=self.duty_cycle or PROFILE_DUTY[self.profile or "chat"])
 
     @property
+    def turns_reached(self) -> int:
+        """Turns a conversation gets to: a level's rounds end it early when fewer."""
+        return min(self.turns, self.rounds)
+
+    @property
     def longest_request_tokens(self) -> int:
-        """Context the last turn of a conversation needs: every turn's message and answer (a
-        level's rounds end a conversation early when there are fewer of them than turns)."""
-        return min(self.turns, self.rounds) * (self.input_tokens + self.output_tokens)
+        """Context the last turn of a conversation needs: every turn's message and answer."""
+        return self.turns_reached * (self.input_tokens + self.output_tokens)
 
     def check_server_limits(self, context: int | None, kv_pool: int | None) -> None:
         """Refuse, before anything is sent, a length the server said it cannot hold: its
         context (/v1/models max_model_len) or its whole KV pool (vllm:cache_config_info)."""
-        need = self.longest_request_tokens
-        turns = min(self.turns, self.rounds)
+        need, turns = self.longest_request_tokens, self.turns_reached
         how = (f"{self.input_tokens} prompt + {self.output_tokens} output tokens"
                + (f" x {turns} turns" if turns > 1 else ""))
         if context is not None and need > context:

@@ -124,23 +124,23 @@ class Scheduler:
         """The running requests that decode this step, each with a block for the position it
         writes; while blocks run short, the newest running request is preempted."""
         decode = []
-        for seq in list(self.running):  # oldest first: a victim is always newer than `seq`
-            if seq not in self.running or not seq.output:
-                continue
-            while not self.blocks.grow(seq.block_table, seq.length):
+        i = 0
+        while i < len(self.running):  # oldest first: a victim is always `seq` or newer
+            seq = self.running[i]
+            while seq.output and not self.blocks.grow(seq.block_table, seq.length):
                 victim = self.running[-1]
                 self._preempt(victim)
                 if victim is seq:
                     break
             else:
-                decode.append(seq)
+                if seq.output:
+                    decode.append(seq)
+                i += 1
         return decode
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
-        # KV exists for every position but the last token's (never fed back)
-        self.blocks.register(seq.block_table, seq.tokens[:-1])
-        self.blocks.free(seq.block_table)
+        self._release(seq)
         seq.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(seq)
@@ -153,10 +153,14 @@ class Scheduler:
         seq.finish_reason = reason
         if seq in self.running:
             self.running.remove(seq)
-            if reason not in ("error", "cancelled"):
-                # KV exists for every position but the last token's (never fed back)
-                self.blocks.register(seq.block_table, (seq.prompt + seq.output)[:-1])
-            self.blocks.free(seq.block_table)
+            self._release(seq, keep_prefix=reason not in ("error", "cancelled"))
+
+    def _release(self, seq: Sequence, keep_prefix: bool = True) -> None:
+        """Give a request's blocks back; with `keep_prefix` its full computed blocks stay in
+        the prefix cache (KV exists for every position but the last token's, never fed back)."""
+        if keep_prefix:
+            self.blocks.register(seq.block_table, seq.tokens[:-1])
+        self.blocks.free(seq.block_table)
 
     def _drop_cancelled(self) -> None:
         for seq in [s for s in self.running if s.cancelled]:
