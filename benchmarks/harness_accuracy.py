@@ -58,11 +58,12 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.results.metrics import LevelStats, quantile
-from harness.results.records import RequestRecord
+from harness.config import RunConfig
+from harness.records import RequestRecord
+from harness.results.metrics import LevelStats
+from harness.results.quantiles import quantile
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.prompts import load
 from harness.run.session import RunResult, execute, new_run_id

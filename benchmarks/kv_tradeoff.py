@@ -25,10 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+from harness.config import RunConfig, parse_levels
 from harness.results.metrics import Targets, capacity, point, stats_by_level
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import RunConfig, parse_levels
 from harness.run.progress import LevelProgress
 from harness.run.session import execute, new_run_id
 from harness.wire.endpoint import Endpoint

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 from harness.run import aio
 from harness.run.prompts import Prompts
 from harness.run.prompts import load as load_prompts

@@ -20,9 +20,9 @@ import pandas as pd
 
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
+from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.results.store import DEFAULT_DB, Store
-from harness.run.users import UsersEstimate, estimate_factor, paired_closed_run
-from harness.wire.server_metrics import OFFLOAD, MetricRow, level_figures
+from harness.results.users import UsersEstimate, estimate_factor, paired_closed_run
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
 PUBLISHED = "published"
@@ -290,7 +290,7 @@ SERVER_FIGURES = {
 
 
 def server_figures(path: Path, run_ids: list[str]) -> pd.DataFrame:
-    """Per run and level, the figures of the target's /metrics (harness.wire.server_metrics):
+    """Per run and level, the figures of the target's /metrics (harness.results.server_metrics):
     SERVER_FIGURES columns and `offload: ...` ones, where the server exposed them; empty when
     no chosen run stored any. A level run in several passes (`--repeat`) shows the mean of
     each figure over its passes."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.results.metrics import LevelStats, RateCapacity, Targets, rate_capacity
-from harness.run.arrivals import LAG_LIMIT_MS, SendLag
+from harness.results.send_lag import LAG_LIMIT_MS, SendLag
 
 USERS_NEED_C = ("Chat and agentic users need a concurrency (they are counted from Max C): an "
                 "open-loop rate run gives the sustainable request rate instead. Run a closed "

@@ -63,9 +63,9 @@ def mock_process() -> Iterator[Callable[..., str]]:
 def run_cli(
     *args: str, timeout: float = 120, env: dict | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess:
-    """`python -m harness ...` in a subprocess, as a user would run it."""
+    """`python -m engram_bench ...` in a subprocess, as a user would run it."""
     return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
+        [sys.executable, "-m", "engram_bench", *args],
         capture_output=True, text=True, timeout=timeout, cwd=cwd,
         env={**os.environ, **(env or {})},
     )

@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from explorer import charts, data, rate, tables, ui
+from harness.config import PROFILE_DUTY
 from harness.results.metrics import capacity
-from harness.run.users import PROFILE_DUTY
 
 # counters_frame column: (readable name, number format; None for text)
 COUNTERS = {

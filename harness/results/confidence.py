@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from harness.results.metrics import quantile
+from harness.results.quantiles import quantile
 
 MIN_CLUSTERS = 20
 RESAMPLES = 2000

@@ -9,30 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from harness.results.records import RequestRecord
-
-if TYPE_CHECKING:
-    from harness.run.arrivals import SendLag
+from harness.records import RequestRecord
+from harness.results.quantiles import mean, quantile
+from harness.results.send_lag import SendLag, send_lag
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 PROMPT_TOLERANCE = 0.05  # per-level prompt-token means must land within this of the target
-
-
-def quantile(values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default, DuckDB's quantile_cont)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,7 +45,7 @@ class LevelStats:
 
 def mean_prompt_tokens(records: Iterable[RequestRecord]) -> float | None:
     """Mean server-counted prompt tokens of successful requests (None: no server counted)."""
-    return _mean([r.input_tokens for r in records if r.ok and r.input_tokens is not None])
+    return mean([r.input_tokens for r in records if r.ok and r.input_tokens is not None])
 
 
 def prompt_warning(stats: LevelStats, target: int) -> str | None:
@@ -87,7 +70,6 @@ def level_name(stats: LevelStats) -> str:
 
 def _send_lag(records: Sequence[RequestRecord]) -> SendLag | None:
     """How late a rate level's requests went out; None outside rate mode."""
-    from harness.run.arrivals import send_lag  # arrivals builds on this module's quantile
 
     sent = [r for r in records if r.scheduled_at is not None]
     if not sent:
@@ -115,15 +97,15 @@ def level_stats(
         requests=len(records),
         errors=len(records) - len(good),
         short_outputs=sum(1 for t in tokens if t < output_target),
-        mean_ttft_ms=_mean(ttfts),
+        mean_ttft_ms=mean(ttfts),
         p50_ttft_ms=quantile(ttfts, 0.5),
         p90_ttft_ms=quantile(ttfts, 0.9),
         p99_ttft_ms=quantile(ttfts, 0.99),
-        mean_tps=_mean(tpss),
+        mean_tps=mean(tpss),
         p50_tps=quantile(tpss, 0.5),
         p10_tps=quantile(tpss, 0.1),
         p1_tps=quantile(tpss, 0.01),
-        mean_output_tokens=_mean(tokens),
+        mean_output_tokens=mean(tokens),
         mean_prompt_tokens=mean_prompt_tokens(good),
         throughput_tps=throughput,
         rate=rate,

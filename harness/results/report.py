@@ -11,6 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from harness.config import PROFILE_DUTY, RunConfig
+from harness.records import RequestRecord
 from harness.results import confidence
 from harness.results.metrics import (
     STATISTIC_FIELDS,
@@ -26,11 +28,9 @@ from harness.results.metrics import (
     rate_capacity,
     stats_by_level,
 )
-from harness.results.records import RequestRecord
 from harness.results.search import SearchPlan, outcomes, plan
 from harness.results.store import Store
-from harness.run.config import RunConfig
-from harness.run.users import PROFILE_DUTY, UsersEstimate, duty_cycle, estimate_factor
+from harness.results.users import UsersEstimate, duty_cycle, estimate_factor
 
 # Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
 FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 
 DEFAULT_DB = Path("results/bench.duckdb")
 RUN_STATUSES = ("running", "complete", "aborted", "failed")
@@ -81,7 +81,8 @@ CREATE TABLE IF NOT EXISTS server_stats (
     rate DOUBLE,
     repeat INTEGER  -- `run --repeat N`: the pass over the level, 0-based; NULL (older runs) = 0
 );
--- a target's Prometheus /metrics over each level (harness.wire.server_metrics): counters "delta";
+-- a target's Prometheus /metrics over each level (harness.results.server_metrics):
+-- counters "delta";
 -- gauges "mean", "max"; histograms "p50", "p90", "p99", "count", "mean" (seconds as exposed)
 CREATE TABLE IF NOT EXISTS server_metrics (
     run_id VARCHAR,

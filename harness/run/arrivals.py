@@ -1,4 +1,4 @@
-"""Open-loop send schedules for rate levels, and the send lag that says whether they were kept.
+"""Open-loop send schedules for rate levels (their send lag: harness.results.send_lag).
 
 In mode `rate` a level is a request rate R held for `duration` seconds: requests go out at
 scheduled offsets whether or not earlier ones have finished (open loop), so queueing shows up
@@ -14,13 +14,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
 
-from harness.results.metrics import quantile
-
-ARRIVALS = ("poisson", "constant")
-LAG_LIMIT_MS = 10.0  # above this p99 send lag the load generator, not the server, set the pace
+from harness.config import ARRIVALS
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -53,42 +48,3 @@ def schedule(
     while (t := t + rng.expovariate(rate)) < duration:
         offsets.append(t)
     return offsets
-
-
-@dataclass(slots=True, frozen=True)
-class SendLag:
-    """How late requests went out against their schedule (actual - scheduled), in ms."""
-
-    count: int
-    p50_ms: float | None
-    p99_ms: float | None
-    max_ms: float | None
-    limit_ms: float
-    generator_limited: bool  # p99 above the limit: the figures measure the sender, not the server
-
-    @property
-    def warning(self) -> str | None:
-        if not self.generator_limited:
-            return None
-        return (f"p99 send lag {self.p99_ms:.1f} ms > {self.limit_ms:g} ms: the load generator, "
-                "not the server, was the limit")
-
-
-def send_lag(
-    scheduled: Sequence[float], actual: Sequence[float], limit_ms: float = LAG_LIMIT_MS
-) -> SendLag:
-    """Lag statistics of one level from scheduled and actual send times, both in seconds on
-    the same clock (e.g. offsets from the level's start); quantiles as `metrics.quantile`."""
-    if len(scheduled) != len(actual):
-        raise ValueError(f"{len(scheduled)} scheduled send times but {len(actual)} actual ones")
-    _check_positive("send lag limit", limit_ms)
-    lags = [(a - s) * 1000.0 for s, a in zip(scheduled, actual, strict=True)]
-    p99 = quantile(lags, 0.99)
-    return SendLag(
-        count=len(lags),
-        p50_ms=quantile(lags, 0.5),
-        p99_ms=p99,
-        max_ms=max(lags, default=None),
-        limit_ms=limit_ms,
-        generator_limited=p99 is not None and p99 > limit_ms,
-    )

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, TextIO
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from harness.records import RequestRecord
     from harness.results.metrics import LevelStats
-    from harness.results.records import RequestRecord
 
 REFRESH_PER_SECOND = 4.0  # frames the renderer draws; it runs in its own process
 _SEND_EVERY_NS = 100_000_000  # figures reach the renderer at most this often

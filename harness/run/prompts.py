@@ -1,7 +1,7 @@
 """Prompt sources (`run --prompts`): what each request asks, unique and rebuilt alike on resume.
 
 - `words`: seeded common words behind the request key (any server; the historical default).
-- `text`: a window of natural prose (harness.run.corpus, or the user's own text file) cut at a
+- `text`: a window of natural prose (common.corpus, or the user's own text file) cut at a
   per-request offset, so the n-grams a request sends, and the Engram rows they address, follow
   real text; no key is added, whose digits would be n-grams no other request shares. Windows
   are cut at a count of pieces (words and punctuation marks), not of words: their token counts
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from harness.run import corpus
+from common import corpus
 
 BUILTIN = ("words", "text")
 _PIECE = re.compile(r"\w+|[^\w\s]")

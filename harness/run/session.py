@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from harness import __version__
+from harness.config import ConfigError, RunConfig
+from harness.records import RequestRecord
 from harness.results.metrics import (
     LevelStats,
     Targets,
@@ -27,10 +29,8 @@ from harness.results.metrics import (
     mean_prompt_tokens,
     prompt_warning,
 )
-from harness.results.records import RequestRecord
 from harness.results.report import describe_server_table, search_plan, server_table
 from harness.results.store import Store
-from harness.run.config import ConfigError, RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
 from harness.run.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal

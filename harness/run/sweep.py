@@ -30,11 +30,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from harness.results.records import RequestRecord
+from harness.config import RunConfig, ThinkModel
+from harness.records import RequestRecord
 from harness.run.arrivals import schedule
-from harness.run.config import RunConfig
 from harness.run.prompts import Prompts
-from harness.run.users import ThinkModel, think_rng
 from harness.run.workload import Turn, payload
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.wire.endpoint import Endpoint
@@ -42,6 +41,11 @@ from harness.wire.endpoint import Endpoint
 Commit = Callable[[list[RequestRecord]], None]
 FILLER_ORDINAL = -100_000  # users mode: unstored requests (lead-in, keeping the load on)
 OnRecord = Callable[[RequestRecord], None]
+
+
+def think_rng(seed: int, users: int, user: int, repeat: int = 0) -> random.Random:
+    """The think-time generator of one user at one level (string seeds hash stably)."""
+    return random.Random(f"think-{seed}-{users}-{user}-{repeat}")
 
 
 @dataclass(slots=True)

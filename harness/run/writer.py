@@ -13,7 +13,7 @@ import queue
 import signal
 from pathlib import Path
 
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 from harness.results.store import Store
 
 _POLL_S = 0.5

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 from harness.wire.completion_stream import CompletionStream, StreamFault
 from harness.wire.endpoint import Endpoint, check_proxies
 from harness.wire.http1 import ProtocolError, ResponseParser

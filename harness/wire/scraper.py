@@ -17,9 +17,9 @@ import queue
 import signal
 import time
 
+from harness.results.server_metrics import MetricRow, NotPrometheus, Snapshot, aggregate, parse
 from harness.wire.client import WireError, get
 from harness.wire.endpoint import Endpoint
-from harness.wire.server_metrics import MetricRow, NotPrometheus, Snapshot, aggregate, parse
 
 INTERVAL_S = 0.5
 SCRAPE_TIMEOUT_S = 5.0

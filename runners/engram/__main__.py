@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.help_format import DefaultsHelp
+from common.help_format import DefaultsHelp
 from runners.profiles import PROFILES, UnknownDevice, profile
 
 

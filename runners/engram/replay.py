@@ -3,7 +3,7 @@
 The bundled model has seeded dummy weights, so what it samples is not language, and Engram
 rows are addressed by n-grams of what it emits: benchmarks need natural text out (DESIGN.md,
 "the token stream matters"). With `decode="replay"` the model still computes every step's
-logits, but the token emitted is the next one of a fixed text: harness.run.corpus (CPython's
+logits, but the token emitted is the next one of a fixed text: common.corpus (CPython's
 documentation prose) in the bundled tokenizer's ids. A request starts at an offset given by a
 stable hash of its prompt ids, so the same request replays the same text on every placement,
 run and machine. Replay never emits EOS (the text holds none): a request ends at max_tokens
@@ -17,7 +17,7 @@ import hashlib
 from array import array
 from collections.abc import Sequence
 
-from harness.run.corpus import text
+from common.corpus import text
 from runners.engram.tokenizer import EngramTokenizer
 
 

@@ -16,9 +16,9 @@ import json
 import random
 from pathlib import Path
 
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
+from harness.results.server_metrics import MetricRow
 from harness.results.store import Store
-from harness.wire.server_metrics import MetricRow
 
 T0 = 1_790_000_000.0
 LEVELS = (1, 2, 4, 8)

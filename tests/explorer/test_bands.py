@@ -8,7 +8,7 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from explorer import charts, data
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 from harness.results.store import Store
 from tests.explorer.test_pages import app
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from explorer import data
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 from harness.results.store import Store
 from tests.explorer.test_pages import app
 

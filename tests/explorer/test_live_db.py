@@ -13,7 +13,7 @@ def test_pages_render_while_a_bench_writes(monkeypatch, mock_process, tmp_path):
     url = mock_process("--ttft-ms", "2", "--itl-ms", "1")
     db = tmp_path / "bench.duckdb"
     bench = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--url", url, "--levels", "1,2,4",
+        [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "1,2,4",
          "--rounds", "15", "--output-tokens", "16", "--no-progress", "--db", str(db)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     renders = 0

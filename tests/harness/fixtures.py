@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 
 T0 = 1_790_000_000.0
 

@@ -3,7 +3,8 @@ import statistics
 
 import pytest
 
-from harness.run.arrivals import LAG_LIMIT_MS, schedule, send_lag
+from harness.results.send_lag import LAG_LIMIT_MS, send_lag
+from harness.run.arrivals import schedule
 
 
 def test_poisson_mean_rate_over_a_long_schedule():

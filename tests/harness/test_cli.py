@@ -132,7 +132,7 @@ def _wait_for_rounds(db: Path, at_least: int, proc: subprocess.Popen) -> None:
 
 def _start_run(url: str, db: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--url", url, "--levels", "1,2",
+        [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "1,2",
          "--rounds", "6", "--output-tokens", "20", "--no-progress", "--db", str(db)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

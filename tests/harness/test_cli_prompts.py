@@ -5,7 +5,7 @@ import json
 import duckdb
 import pytest
 
-from harness.cli import build_parser, config_for
+from engram_bench.cli import build_parser, config_for
 from harness.mock_server import count_prompt_tokens
 from harness.results.store import Store
 from tests.conftest import run_cli

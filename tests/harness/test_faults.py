@@ -2,11 +2,11 @@
 
 import pytest
 
+from harness.config import RunConfig
+from harness.records import ERROR_KINDS
 from harness.results.metrics import Targets, capacity, point, stats_by_level
-from harness.results.records import ERROR_KINDS
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.session import execute, new_run_id
 from harness.wire.endpoint import Endpoint

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.records import RequestRecord
 from harness.results.metrics import level_stats
-from harness.results.records import RequestRecord
 from harness.run import progress as progress_module
 from harness.run.progress import LevelProgress
 

@@ -6,11 +6,11 @@ import re
 import pytest
 
 from harness import mock_server as fake
+from harness.config import RunConfig
 from harness.results.metrics import Targets, stats_by_level
 from harness.results.report import summarise
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.session import execute
 from harness.wire.endpoint import Endpoint

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness.run import corpus
-from harness.run.config import RunConfig
+from common import corpus
+from harness.config import RunConfig
 from harness.run.prompts import PromptFileError, RandomWords, load, pieces, spread
 from harness.run.session import CALIBRATION_SAMPLES
 from harness.run.sweep import Sweep, calibration_ordinal

@@ -7,13 +7,13 @@ from collections import Counter
 import duckdb
 import pytest
 
+from harness.config import ConfigError, RunConfig
 from harness.mock_server import MockConfig, ThreadedMockServer
+from harness.records import RequestRecord
 from harness.results.metrics import Targets, rate_capacity, stats_by_level
-from harness.results.records import RequestRecord
 from harness.results.store import Store
 from harness.run import aio
 from harness.run.arrivals import schedule
-from harness.run.config import ConfigError, RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.session import execute
 from harness.wire.endpoint import Endpoint

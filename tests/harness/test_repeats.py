@@ -5,12 +5,12 @@ import json
 import duckdb
 import pytest
 
+from harness.config import ConfigError, RunConfig
+from harness.records import RequestRecord
 from harness.results.metrics import Targets
-from harness.results.records import RequestRecord
 from harness.results.report import level_intervals, repeat_agreement
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import ConfigError, RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.session import execute
 from harness.wire.endpoint import Endpoint

@@ -8,7 +8,7 @@ from pathlib import Path
 import certifi
 import pytest
 
-from harness.cli import build_parser, config_for
+from engram_bench.cli import build_parser, config_for
 from harness.results.store import Store
 from runners.engram.__main__ import build_parser as serve_parser
 from tests.conftest import run_cli
@@ -84,7 +84,7 @@ def test_old_flag_spellings_still_work(tmp_path):
 
 
 def test_a_run_stored_before_the_three_timeouts_resumes_with_its_timeout(tmp_path):
-    from harness.run.config import RunConfig
+    from harness.config import RunConfig
 
     stored = {**RunConfig(url=DEAD_URL, model="m").to_json_dict(), "timeout_s": 300.0}
     del stored["request_timeout_s"]

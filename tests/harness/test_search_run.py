@@ -5,12 +5,12 @@ import subprocess
 
 import pytest
 
+from harness.config import ConfigError, RunConfig
 from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.results.metrics import Targets
 from harness.results.report import search_plan
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import ConfigError, RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.session import execute
 from harness.wire.endpoint import Endpoint

@@ -14,10 +14,7 @@ import duckdb
 import pytest
 
 from harness.mock_server import MockConfig, MockServer, ThreadedMockServer
-from harness.results.store import Store
-from harness.wire.endpoint import Endpoint
-from harness.wire.scraper import Scraper
-from harness.wire.server_metrics import (
+from harness.results.server_metrics import (
     MetricRow,
     NotPrometheus,
     aggregate,
@@ -26,6 +23,9 @@ from harness.wire.server_metrics import (
     level_figures,
     parse,
 )
+from harness.results.store import Store
+from harness.wire.endpoint import Endpoint
+from harness.wire.scraper import Scraper
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"

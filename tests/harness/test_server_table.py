@@ -2,10 +2,10 @@
 
 import json
 
+from harness.config import RunConfig
 from harness.results.report import describe_server_table, server_table
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.session import execute, new_run_id
 from harness.wire import target

@@ -11,7 +11,7 @@ import pytest
 
 from harness.results.metrics import stats_by_level
 from harness.results.store import Store, StoreError
-from harness.run.users import duty_cycle
+from harness.results.users import duty_cycle
 from tests.harness.fixtures import make_records
 
 

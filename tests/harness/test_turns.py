@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from harness.config import RunConfig
 from harness.results.store import Store
 from harness.run import aio
-from harness.run.config import RunConfig
 from harness.run.progress import LevelProgress
 from harness.run.session import _todo, execute
 from harness.run.workload import payload

@@ -10,9 +10,10 @@ import subprocess
 import httpx
 import pytest
 
-from harness.results.records import RequestRecord
+from harness.config import PROFILE_DUTY, ThinkModel
+from harness.records import RequestRecord
 from harness.results.store import Store
-from harness.run.users import PROFILE_DUTY, ThinkModel, UsersEstimate, duty_cycle, paired_closed_run
+from harness.results.users import UsersEstimate, duty_cycle, paired_closed_run
 from tests.conftest import ROOT, run_cli
 
 # A server whose first token waits 3 ms per request in flight (this one included), as when one

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.mock_server import MockConfig, ThreadedMockServer
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 from harness.run import aio
 from harness.run.workload import payload
 from harness.wire import target

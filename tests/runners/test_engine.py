@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.run.corpus import text
+from common.corpus import text
 from runners.engram import table_file
 from runners.engram.compression import compression_map
 from runners.engram.config import preset

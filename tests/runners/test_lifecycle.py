@@ -66,7 +66,7 @@ def test_ctrl_c_and_kill_leave_no_server_behind(tmp_path):
     for sig in (signal.SIGINT, signal.SIGKILL):
         db = tmp_path / f"{sig.name}.duckdb"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "run", "--device", "cpu", "--levels", "1",
+            [sys.executable, "-m", "engram_bench", "run", "--device", "cpu", "--levels", "1",
              "--rounds", "1000", "--db", str(db), *TINY], cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from harness.cli import build_parser, config_for
+from engram_bench.cli import build_parser, config_for
 from harness.results.store import Store
 from runners import recipes
 from runners.profiles import PROFILES, profile

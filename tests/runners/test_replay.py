@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from harness.run.corpus import text
+from common.corpus import text
 from runners.engram.replay import ReplayText, corpus_ids
 from runners.engram.tokenizer import EngramTokenizer
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from harness.results.records import RequestRecord
+from harness.records import RequestRecord
 from harness.results.store import Store
 from harness.run.workload import payload
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
@@ -97,7 +97,7 @@ def test_a_server_that_fails_to_start_gives_one_sentence_and_no_run(tmp_path):
 def test_vllm_killed_mid_sweep_fails_the_run_with_its_log_and_leaves_nothing(tmp_path):
     db = tmp_path / "b.duckdb"
     cli = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--bundled", "vllm", "--device", "cpu",
+        [sys.executable, "-m", "engram_bench", "run", "--bundled", "vllm", "--device", "cpu",
          "--levels", "1,2", "--rounds", "20", "--db", str(db), "--no-progress"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

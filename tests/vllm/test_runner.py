@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from harness import cli
+from engram_bench import cli
 from harness.results.store import Store
 from runners.lifecycle import ManagedServer
 from runners.vllm import setup

@@ -1,4 +1,4 @@
-"""`engram-bench` (also `python -m harness`): run, summary, capacity, export; the device,
+"""`engram-bench` (also `python -m engram_bench`): run, summary, capacity, export; the device,
 sizing and recipe commands come from runners/commands.py; `serve` starts the bundled server."""
 
 from __future__ import annotations
@@ -17,7 +17,19 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.help_format import DefaultsHelp
+from common.help_format import DefaultsHelp
+from harness.config import (
+    ARRIVALS,
+    DEFAULT_LEVELS,
+    MAX_TEMPERATURE,
+    MODES,
+    PROFILE_DUTY,
+    ConfigError,
+    RunConfig,
+    parse_levels,
+    parse_rates,
+)
+from harness.config import PROFILES as USER_PROFILES
 from harness.results import report
 from harness.results.metrics import STATISTICS, Targets, capacity, point, stats_by_level
 from harness.results.report import (
@@ -29,20 +41,9 @@ from harness.results.report import (
     summarise,
 )
 from harness.results.store import DEFAULT_DB, Store, StoreError
+from harness.results.users import paired_closed_run
 from harness.run import aio
-from harness.run.arrivals import ARRIVALS
-from harness.run.config import (
-    DEFAULT_LEVELS,
-    MAX_TEMPERATURE,
-    MODES,
-    ConfigError,
-    RunConfig,
-    parse_levels,
-    parse_rates,
-)
 from harness.run.prompts import BUILTIN, PromptFileError, load
-from harness.run.users import PROFILE_DUTY, paired_closed_run
-from harness.run.users import PROFILES as USER_PROFILES
 from harness.wire.endpoint import API_PATHS, Endpoint, EndpointError
 from harness.wire.target import TargetError
 from runners import commands as runner_commands

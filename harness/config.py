@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import asdict, dataclass, fields
-
-from harness.run.arrivals import ARRIVALS
-from harness.run.users import PROFILE_DUTY, PROFILES, ThinkModel
 
 MODES = ("closed", "burst", "rate", "users")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
 MAX_TEMPERATURE = 2.0  # OpenAI's range is 0..2
+ARRIVALS = ("poisson", "constant")  # mode rate: harness.run.arrivals
+PROFILE_DUTY = {"chat": 0.25, "agentic": 2 / 3}  # published: x4 and x1.5 users per Max C
+PROFILES = tuple(PROFILE_DUTY)
 
 
 class ConfigError(ValueError):
@@ -49,6 +50,39 @@ def parse_rates(text: str) -> tuple[float, ...]:
     if len(set(rates)) != len(rates):
         raise ConfigError("--rates lists a rate twice")
     return tuple(sorted(rates))
+
+
+@dataclass(slots=True, frozen=True)
+class ThinkModel:
+    """Mean think time after a request: from a duty cycle, or a fixed number of seconds."""
+
+    duty_cycle: float | None = None
+    fixed_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.duty_cycle is None) == (self.fixed_s is None):
+            raise ValueError("a think model needs exactly one of a duty cycle or a think time")
+        if self.duty_cycle is not None and not 0 < self.duty_cycle <= 1:
+            raise ValueError(f"a duty cycle must be in (0, 1], not {self.duty_cycle}")
+        if self.fixed_s is not None and not 0 <= self.fixed_s < math.inf:
+            raise ValueError(f"a think time must be 0 or more seconds, not {self.fixed_s}")
+
+    def mean_s(self, last_latency_s: float) -> float:
+        if self.fixed_s is not None:
+            return self.fixed_s
+        assert self.duty_cycle is not None
+        return last_latency_s * (1 - self.duty_cycle) / self.duty_cycle
+
+    def draw(self, rng: random.Random, last_latency_s: float) -> float:
+        """One think time in seconds: exponential around the mean (0 when the mean is 0)."""
+        mean = self.mean_s(last_latency_s)
+        return rng.expovariate(1 / mean) if mean > 0 else 0.0
+
+    def describe(self) -> str:
+        if self.fixed_s is not None:
+            return f"think {self.fixed_s:g} s on average"
+        ratio = (1 - self.duty_cycle) / self.duty_cycle  # type: ignore[operator]
+        return f"duty cycle {self.duty_cycle:.2f} (think ~{ratio:.2g}x the last request)"
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,0 +1,1 @@
+"""Leaves every floor may import: help formatting and the built-in prose."""
