@@ -1,9 +1,14 @@
-# engram-bench: `make bench` (main job), `make test` (test suite). Both set up .venv when missing.
+# engram-bench: `make bench` (main job), `make test` (test suite). Each target installs into
+# .venv what it uses: the core (the harness) for `make bench URL=...`, + the explorer for
+# `make explore`, + the server (torch) for the bundled server, everything for `make test`.
 # `make bench ENGINE=vllm` and `make test-vllm` also set up .venv-vllm (vLLM's CPU build).
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+CORE     := $(VENV)/.stamp-core
+EXPLORER := $(VENV)/.stamp-explorer
+SERVER   := $(VENV)/.stamp-server
+ALL      := $(VENV)/.stamp-all
 
 DEVICE ?= spark
 # the server `bench` starts without URL: engram (the bundled Engram server) or vllm
@@ -48,67 +53,89 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-vllm lint bench bench-harness bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-vllm lint docs bench bench-harness bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
 
-$(STAMP): pyproject.toml
+$(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(EXPLORER): $(CORE)
+	$(BIN)/python -m pip install -q -e '.[explorer]'
+	touch $@
+
+$(SERVER): $(CORE)
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev,server,explorer]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[server]'
+	touch $@
 
-venv: $(STAMP)
+$(ALL): $(SERVER) $(EXPLORER)
+	$(BIN)/python -m pip install -q -e '.[all]'
+	touch $@
 
-lint: $(STAMP)
+venv: $(ALL)
+
+# ruff, the import contracts (pyproject's [tool.importlinter]) and mypy over the packages.
+lint: $(ALL)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
-test: $(STAMP) lint
+# The CLI reference is generated from the parser; a test fails when the committed page differs.
+docs/reference/cli.md: $(CORE) engram_bench/cli.py engram_bench/cli_reference.py runners/commands.py
+	$(BIN)/python -m engram_bench.cli_reference > $@
+
+docs: $(ALL)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
+test: $(ALL) lint docs
 	$(BIN)/python -m pytest
 
 # The harness against a real engine: vLLM's CPU build in .venv-vllm (installed when missing).
-test-vllm: $(STAMP)
+test-vllm: $(ALL)
 	$(BIN)/python -m runners.vllm.setup
 	ENGRAM_TEST_VLLM=1 $(BIN)/python -m pytest tests/vllm
 
-bench: $(STAMP)
+# Your own server (URL=...) needs only the core; the bundled Engram server needs the server extra.
+bench: $(if $(or $(URL),$(filter vllm,$(ENGINE))),$(CORE),$(SERVER))
 	$(BIN)/engram-bench run $(BENCH_FLAGS)
 
-bench-harness: $(STAMP)
+bench-harness: $(ALL)
 	$(BIN)/python benchmarks/harness_accuracy.py
 
-bench-kv-tradeoff: $(STAMP)
+bench-kv-tradeoff: $(ALL)
 	$(BIN)/python benchmarks/kv_tradeoff.py
 
-bench-offload: $(STAMP)
+bench-offload: $(ALL)
 	$(BIN)/python benchmarks/offload.py
 
-bench-streams: $(STAMP)
+bench-streams: $(ALL)
 	$(BIN)/python benchmarks/token_streams.py
 
 # On a CUDA machine (TORCH=<a CUDA build>): placement equivalence and a short offload run.
-cuda-check: $(STAMP)
+cuda-check: $(ALL)
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else \
 	  'cuda-check needs a CUDA device and a CUDA build of torch (make TORCH=torch ...)')"
 	ENGRAM_TEST_DEVICE=cuda $(BIN)/python -m pytest tests/runners/test_engine.py
 	$(BIN)/python benchmarks/offload.py --levels 1,8 --rounds 1 --tokens 32 --arms device,host,spark \
 	  --deepseek ""
 
-serve: $(STAMP)
+serve: $(SERVER)
 	$(BIN)/engram-bench serve --device $(DEVICE) $(if $(PLACEMENT),--placement $(PLACEMENT)) \
 	  $(if $(TABLE_GB),--table-size-gb $(TABLE_GB))
 
 PORT ?= 8501
-explore: $(STAMP)
-	ENGRAM_BENCH_DB=$(DB) $(BIN)/streamlit run explorer/app.py --server.headless true \
-	  --server.address 127.0.0.1 --server.port $(PORT) --browser.gatherUsageStats false
+explore: $(EXPLORER)
+	$(BIN)/engram-bench explore --db $(DB) --port $(PORT)
 
-bench-explorer: $(STAMP)
+bench-explorer: $(ALL)
 	$(BIN)/python benchmarks/explorer_pages.py
 
-summary: $(STAMP)
+summary: $(CORE)
 	$(BIN)/engram-bench summary $(if $(RUN),$(RUN),latest) --db $(DB)
 
-export: $(STAMP)
+export: $(CORE)
 	$(BIN)/engram-bench export $(if $(RUN),--run $(RUN)) --format $(FORMAT) --db $(DB)
 
 clean:

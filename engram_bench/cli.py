@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from common.help_format import DefaultsHelp
+from engram_bench import extras
 from harness.config import (
     ARRIVALS,
     DEFAULT_LEVELS,
@@ -271,6 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, default=Path("results/exports"), help="folder")
     export.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
 
+    explore = sub.add_parser("explore", help="open the explorer (Streamlit) over a results file")
+    explore.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
+    explore.add_argument("--port", type=positive_int, default=8501, help="port on 127.0.0.1")
+
     runner_commands.add_parsers(sub)
     sub.add_parser("serve", help="start the bundled Engram server (see `serve --help`)",
                    add_help=False)
@@ -441,6 +447,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     targets = _targets(args)
     store = Store(args.db)
     config, resume_id = config_for(args, store)  # bad flags stop here: nothing stored
+    if config.server_args and not vllm.is_vllm(config.server_args):
+        extras.require("server")
     check_search(config, targets)
     store.initialise()
     prompts = load(config.prompts, config.seed)  # a bad file stops here: nothing stored
@@ -523,27 +531,42 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_explore(args: argparse.Namespace, console: Console) -> int:
+    """Streamlit serves the app in this process's place (headless, loopback only)."""
+    extras.require("explorer")
+    spec = importlib.util.find_spec("explorer")
+    assert spec is not None and spec.origin is not None  # explorer ships with the package
+    app = Path(spec.origin).parent / "app.py"
+    os.environ["ENGRAM_BENCH_DB"] = str(args.db)
+    os.execv(sys.executable, [
+        sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
+        "--server.address", "127.0.0.1", "--server.port", str(args.port),
+        "--browser.gatherUsageStats", "false"])
+    return 0  # not reached
+
+
 COMMANDS = {"run": cmd_run, "summary": cmd_summary, "capacity": cmd_capacity,
-            "export": cmd_export, **runner_commands.COMMANDS}
+            "export": cmd_export, "explore": cmd_explore, **runner_commands.COMMANDS}
 
 
 def serve(argv: list[str]) -> int:
     """The server runs torch; the harness never imports it, so serve is its own process."""
+    extras.require("server")
     os.execv(sys.executable, [sys.executable, "-m", "runners.engram", *argv])
     return 0  # not reached
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:
-        return serve(argv[1:])
-    args = build_parser().parse_args(argv)
-    console = Console(width=None if sys.stdout.isatty() else 160)
     try:
+        if argv[:1] == ["serve"]:
+            return serve(argv[1:])
+        args = build_parser().parse_args(argv)
+        console = Console(width=None if sys.stdout.isatty() else 160)
         return COMMANDS[args.command](args, console)
-    except (UserError, ConfigError, EndpointError, StoreError, TargetError, CapacityCSVError,
-            UnknownDevice, ServerStartError, ServerDied, runner_commands.CommandError,
-            PromptFileError) as exc:
+    except (extras.MissingExtra, UserError, ConfigError, EndpointError, StoreError, TargetError,
+            CapacityCSVError, UnknownDevice, ServerStartError, ServerDied,
+            runner_commands.CommandError, PromptFileError) as exc:
         print(f"engram-bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

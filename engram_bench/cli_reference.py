@@ -1,0 +1,42 @@
+"""The CLI reference page of the docs, written from the argument parsers themselves.
+
+`python -m engram_bench.cli_reference > docs/reference/cli.md`; a test holds the committed page
+equal to this output, so the reference cannot drift from `--help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from engram_bench.cli import build_parser
+from runners.engram.__main__ import build_parser as serve_parser
+
+WIDTH = "100"  # argparse wraps at $COLUMNS: fixed, so the page is the same on every terminal
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def page() -> str:
+    """Markdown: the top-level help, then each command's own, `serve` from the server's."""
+    os.environ["COLUMNS"] = WIDTH
+    parser = build_parser()
+    commands = _subparsers(parser)
+    commands["serve"] = serve_parser()
+    parts = ["# CLI reference", "",
+             "Generated from the argument parsers (`python -m engram_bench.cli_reference`); "
+             "every default shown is the one the code uses.", "",
+             "```text", parser.format_help().rstrip(), "```", ""]
+    for name, sub in commands.items():
+        parts += [f"## `engram-bench {name}`", "", "```text", sub.format_help().rstrip(),
+                  "```", ""]
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(page(), end="")
