@@ -1,6 +1,6 @@
 """`make bench-streams`: random words against natural text, rows per 1,000 tokens and hit rate.
 
-Why: Engram rows are addressed by n-grams of the token stream (DESIGN.md, "the token stream
+Why: Engram rows are addressed by n-grams of the token stream (docs/design.md, "the token stream
 matters"), so what a benchmark feeds the server decides how many distinct rows it touches and
 how often a page is already cached. Greedy decoding of the bundled dummy model collapses into
 repetition, which flatters every placement; uniform-random tokens make every row a miss. This

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import importlib.util
 import json
 import math
@@ -15,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -28,6 +28,7 @@ from harness.config import (
     PROFILE_DUTY,
     ConfigError,
     RunConfig,
+    StoredRun,
     parse_levels,
     parse_rates,
 )
@@ -50,7 +51,7 @@ from harness.wire.endpoint import API_PATHS, Endpoint, EndpointError
 from harness.wire.target import TargetError
 from runners import commands as runner_commands
 from runners.commands import positive_int
-from runners.lifecycle import BundledServer, ServerDied, ServerStartError
+from runners.lifecycle import BundledServer, ManagedServer, ServerDied, ServerStartError
 from runners.profiles import PROFILES, UnknownDevice, profile
 from runners.vllm import server as vllm
 
@@ -244,14 +245,19 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     _add_target_flags(run)
 
 
+class _Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser: its help shows every default, as the top level's does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{"formatter_class": DefaultsHelp, **kwargs})
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="engram-bench", formatter_class=DefaultsHelp,
         description="Concurrency sweeps of OpenAI-compatible servers, stored in DuckDB.",
     )
-    sub = parser.add_subparsers(dest="command", required=True,
-                                parser_class=functools.partial(argparse.ArgumentParser,
-                                                               formatter_class=DefaultsHelp))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Subcommand)
     _add_run_parser(sub)
 
     summary = sub.add_parser("summary", help="per-level table, Max C and users of a run")
@@ -327,7 +333,11 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         run = store.run(args.resume)
         if run["status"] == "complete":
             raise UserError(f"run {run['run_id']} is already complete; nothing to resume")
-        config = RunConfig.from_json_dict(json.loads(run["config"]))
+        stored = StoredRun.from_json(run["config"]).config
+        if stored is None:
+            raise UserError(f"run {run['run_id']} was stored without a configuration this "
+                            "version can rebuild, so it cannot be resumed: start a new run")
+        config = stored
         if args.url:
             config = replace(config, url=args.url, server_args=())
         return config, run["run_id"]
@@ -407,6 +417,7 @@ def _target(config: RunConfig, console: Console) -> Iterator[str]:
     if not config.server_args:
         yield config.url
         return
+    server_cm: contextlib.AbstractContextManager[ManagedServer]
     if vllm.is_vllm(config.server_args):
         server_cm = vllm.vllm_server(config.server_args,
                                      lambda text: console.print(text, highlight=False))
@@ -483,9 +494,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: Console) -> int:
     run = store.run(run_id)
     records = store.requests(run["run_id"])
-    config = RunConfig.from_json_dict(json.loads(run["config"] or "{}"))
+    config = StoredRun.from_json(run["config"]).config
     found = (report.search_plan(store, run["run_id"], config, targets)
-             if config.search and records else None)
+             if config and config.search and records else None)
     summary = summarise(run, stats_by_level(records, run["output_tokens"]), records, targets,
                         found, _paired_max_c(store, run, targets))
     if as_json:

@@ -18,11 +18,14 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from harness.config import StoredRun
+from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
-from harness.results.metrics import STATISTIC_FIELDS, Capacity, LevelPoint, Targets, capacity
+from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
 from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.results.store import DEFAULT_DB, Store
-from harness.results.users import UsersEstimate, estimate_factor, paired_closed_run
+from harness.results.users import paired_closed_run
+from harness.results.verdicts import users_verdict, verdict
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
 PUBLISHED = "published"
@@ -64,15 +67,11 @@ def run_settings(config: str | None) -> dict:
     """What a run's config says of simulated users and turns: `profile` ('chat', 'agentic' or
     None), `duty_target` and `think_s` (None unless set), `turns` (None for a single-turn run;
     older runs lack every key)."""
-    try:
-        value = json.loads(config or "null")
-    except json.JSONDecodeError:
-        value = None
-    value = value if isinstance(value, dict) else {}
-    turns = value.get("turns")
-    return {"profile": value.get("profile") or None, "duty_target": value.get("duty_cycle"),
-            "think_s": value.get("think_s"),
-            "turns": turns if isinstance(turns, int) and turns > 1 else None}
+    knobs = StoredRun.from_json(config).config
+    if knobs is None:
+        return dict.fromkeys(SETTINGS)
+    return {"profile": knobs.profile or None, "duty_target": knobs.duty_cycle,
+            "think_s": knobs.think_s, "turns": knobs.turns if knobs.turns > 1 else None}
 
 
 def runs(path: Path) -> pd.DataFrame:
@@ -106,12 +105,11 @@ def turns(path: Path, run_id: str) -> pd.DataFrame:
 
 def request_distribution(path: Path, run_id: str, metric: str) -> pd.DataFrame:
     """Per-level box statistics of ttft_ms or tps, computed in SQL (no raw rows shipped)."""
-    expr = {"ttft_ms": "ttft_ms",
-            "tps": "output_tokens / (latency_ms / 1000.0)"}[metric]
+    column = {"ttft_ms": "ttft_ms", "tps": "tps"}[metric]
     return query(path, f"""
         SELECT concurrency, count(*) AS n, min(v) AS lo, quantile_cont(v, 0.25) AS q1,
                median(v) AS med, quantile_cont(v, 0.75) AS q3, max(v) AS hi, avg(v) AS mean
-        FROM (SELECT concurrency, {expr} AS v FROM requests
+        FROM (SELECT concurrency, {column} AS v FROM request_figures
               WHERE run_id = ? AND ok AND latency_ms > 0)
         WHERE v IS NOT NULL GROUP BY concurrency ORDER BY concurrency""", [run_id])
 
@@ -121,8 +119,8 @@ def first_round_vs_rest(path: Path, run_id: str) -> pd.DataFrame:
         SELECT concurrency, CASE WHEN round = 0 THEN 'first round' ELSE 'later rounds' END
                    AS rounds,
                avg(ttft_ms) AS mean_ttft_ms,
-               avg(output_tokens / (latency_ms / 1000.0)) AS mean_tps, count(*) AS requests
-        FROM requests WHERE run_id = ? AND ok AND latency_ms > 0
+               avg(tps) AS mean_tps, count(*) AS requests
+        FROM request_figures WHERE run_id = ? AND ok AND latency_ms > 0
         GROUP BY ALL ORDER BY concurrency, rounds""", [run_id])
 
 
@@ -378,34 +376,6 @@ def probe_levels(levels_frame: pd.DataFrame) -> dict[str, set[int]]:
             for run_id, frame in probes.groupby("run_id")}
 
 
-def _bound(cap: Capacity, letter: str = "C") -> str:
-    """How far the highest passing level can be trusted: exact, or a lower bound and why, and
-    any failing level below it (`letter`: C for concurrency, U for users)."""
-    above = [v.concurrency for v in cap.levels if v.concurrency > cap.max_c]
-    if not above:
-        how = "lower bound: no higher level tested"
-    elif min(above) == cap.max_c + 1:
-        how = "exact"
-    else:
-        gap = range(cap.max_c + 1, min(above))
-        how = f"lower bound: {letter}={gap[0]}{f'-{gap[-1]}' if len(gap) > 1 else ''} not tested"
-    below = [str(v.concurrency) for v in cap.levels
-             if not v.passes and v.concurrency < cap.max_c]
-    return how + (f"; {letter}={','.join(below)} fails below it" if below else "")
-
-
-def verdict(cap: Capacity, probes: Collection[int] = ()) -> str:
-    """One line a buyer can act on: Max C, how far it can be trusted (the bounds that
-    `capacity` warns about) and the users it serves."""
-    if not cap.levels:
-        return "no levels to judge"
-    searched = ", found by --search" if probes else ""
-    if cap.max_c == 0:
-        return f"Max C 0 (no level meets the targets{searched}): no users"
-    return (f"Max C {cap.max_c} ({_bound(cap)}{searched}): {cap.chat_users} chat / "
-            f"{cap.agentic_users} agentic users")
-
-
 def capacity_table(levels_frame: pd.DataFrame, targets: Targets) -> pd.DataFrame:
     """Max C, users and the verdict line for every run in the frame, via harness.results.metrics."""
     probes = probe_levels(levels_frame)
@@ -430,14 +400,6 @@ GET_PAIRED_RUN = ("Run a closed `make bench` (--mode closed) with the same devic
                   "factor is the estimate set beside the measured users.")
 
 
-def users_factor(run: dict, duty: float | None, targets: Targets) -> tuple[float | None, str]:
-    """harness.run.users.estimate_factor for a runs-frame row (profile, duty_target) and the duty
-    cycle measured at Max users, with the factors set on the Capacity page."""
-    target = run.get("duty_target")
-    return estimate_factor(run.get("profile"), None if pd.isna(target) else target, duty,
-                           targets.chat_factor, targets.agentic_factor)
-
-
 def _duty_at(levels_frame: pd.DataFrame, run_id: str, users: int) -> float | None:
     """The measured duty cycle of a users run at U users (None: not measured there)."""
     if "duty_cycle" not in levels_frame:
@@ -447,20 +409,9 @@ def _duty_at(levels_frame: pd.DataFrame, run_id: str, users: int) -> float | Non
     return float(rows.iloc[0]) if len(rows) else None
 
 
-def users_verdict(cap: Capacity, duty: float | None) -> str:
-    """A users run's line: the highest passing user count, how far it can be trusted and the
-    duty cycle measured there."""
-    if not cap.levels:
-        return "no levels to judge"
-    if cap.max_c == 0:
-        return "Max users 0 (no level meets the targets)"
-    at = "" if duty is None else f" at duty cycle {duty:.2f}"
-    return f"Max users {cap.max_c} ({_bound(cap, 'U')}){at}"
-
-
 def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, str | None]:
     """The users runs (`--mode users`) among `run_ids`, each with its paired closed run (the
-    newest complete closed run of the same setup, harness.run.users) or None."""
+    newest complete closed run of the same setup, harness.results.users) or None."""
     if runs_frame.empty:
         return {}
     records = runs_frame.to_dict("records")
@@ -475,9 +426,9 @@ def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, 
 def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
                 pairs: dict[str, str | None], targets: Targets) -> pd.DataFrame:
     """Per users run of `pairs` (from `users_runs`): Max users (harness.results.metrics.capacity
-    with U as the concurrency, the Max C targets), the duty cycle measured there, and the estimate
-    from the paired run's Max C by `users_factor`, with the measured users per Max C. The
-    frame must hold the paired runs' levels too."""
+    with U as the concurrency, the Max C targets), the duty cycle measured there, and the
+    estimate from the paired run's Max C by `harness.results.users.estimate`, with the
+    measured users per Max C. The frame must hold the paired runs' levels too."""
     pts = points(levels_frame, targets.statistic)
     settings = runs_frame.set_index("run_id")
     rows = []
@@ -487,9 +438,11 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
         cap = capacity(pts[run_id], targets, users_levels=True)
         duty = _duty_at(levels_frame, run_id, cap.max_c)
         max_c = capacity(pts[paired], targets).max_c if paired in pts else None
-        factor, how = users_factor(settings.loc[run_id].to_dict(), duty, targets)
-        est = UsersEstimate(cap.max_c, duty, max_c, factor or 0.0)
-        estimated = est.estimated_users if factor is not None else None
+        run = settings.loc[run_id].to_dict()
+        target = run.get("duty_target")
+        est = users.estimate(cap.max_c, duty, max_c, run.get("profile"),
+                             None if pd.isna(target) else target, targets)
+        estimated, factor, how = est.estimated_users, est.factor, est.how
         line = users_verdict(cap, duty)
         estimate = None
         if max_c is None:
@@ -531,10 +484,8 @@ def cluster_sums(path: Path, run_ids: list[str]) -> pd.DataFrame:
     return query(path, """
         SELECT run_id, concurrency, coalesce(repeat, 0) AS repeat, round,
                sum(ttft_ms) AS ttft_sum, count(ttft_ms) AS ttft_n,
-               sum(output_tokens / (latency_ms / 1000.0)) FILTER (WHERE latency_ms > 0)
-                   AS tps_sum,
-               count(*) FILTER (WHERE latency_ms > 0) AS tps_n
-        FROM requests WHERE run_id IN (SELECT unnest(?)) AND ok AND rate IS NULL
+               sum(tps) AS tps_sum, count(tps) AS tps_n
+        FROM request_figures WHERE run_id IN (SELECT unnest(?)) AND ok AND rate IS NULL
         GROUP BY ALL ORDER BY ALL""", [run_ids])
 
 
@@ -553,7 +504,7 @@ def _clusters_of(frame: pd.DataFrame, metric: str) -> dict[int, list[tuple[int, 
     return out
 
 
-def _pct(value: object, base: object) -> float | None:
+def _pct(value: float | None, base: float | None) -> float | None:
     if value is None or base is None or pd.isna(value) or pd.isna(base) or not base:
         return None
     return (float(value) / float(base) - 1) * 100

@@ -11,10 +11,7 @@ import pandas as pd
 
 from harness.results.metrics import LevelStats, RateCapacity, Targets, rate_capacity
 from harness.results.send_lag import LAG_LIMIT_MS, SendLag
-
-USERS_NEED_C = ("Chat and agentic users need a concurrency (they are counted from Max C): an "
-                "open-loop rate run gives the sustainable request rate instead. Run a closed "
-                "sweep (--mode closed) for users.")
+from harness.results.verdicts import rate_verdict
 
 
 def _value(row: dict, key: str) -> float | None:
@@ -28,11 +25,6 @@ def rate_levels(levels: pd.DataFrame) -> pd.DataFrame:
         return levels.iloc[0:0]
     rated = levels[levels["rate"].notna()]
     return rated.sort_values(["run_id", "rate"], kind="stable").reset_index(drop=True)
-
-
-def is_rate_run(levels: pd.DataFrame, mode: str | None = None) -> bool:
-    """A run measured in mode rate: its mode says so, or its levels are rates."""
-    return mode == "rate" or not rate_levels(levels).empty
 
 
 def lag_warning(p99_ms: float | None, limit_ms: float = LAG_LIMIT_MS) -> str | None:
@@ -67,20 +59,6 @@ def capacity(rated: pd.DataFrame, targets: Targets) -> RateCapacity:
     return rate_capacity(level_stats(rated), targets)
 
 
-def verdict(cap: RateCapacity) -> str:
-    """One line: 'sustainable 2 req/s (4 req/s fails)', with how far it can be trusted."""
-    if not cap.levels:
-        return "no rate levels to judge"
-    if cap.max_rate == 0.0:
-        return "sustainable 0 req/s (no rate meets the targets)"
-    above = [r for r, _ in cap.levels if r > cap.max_rate]
-    how = (f"{min(above):g} req/s fails" if above
-           else "lower bound: no higher rate tested")
-    below = [f"{r:g}" for r, v in cap.levels if not v.passes and r < cap.max_rate]
-    odd = f"; {','.join(below)} req/s fails below it" if below else ""
-    return f"sustainable {cap.max_rate:g} req/s ({how}{odd})"
-
-
 def judged(rated: pd.DataFrame, cap: RateCapacity) -> pd.DataFrame:
     """One run's rate levels with `passes`, `fails_because` and `lag_limited` columns."""
     verdicts = dict(cap.levels)
@@ -98,6 +76,6 @@ def rate_table(levels: pd.DataFrame, targets: Targets) -> pd.DataFrame:
     rated = rate_levels(levels)
     rows = [] if rated.empty else [
         {"run_id": run_id, "max_rate": (cap := capacity(frame, targets)).max_rate,
-         "verdict": verdict(cap)}
+         "verdict": rate_verdict(cap)}
         for run_id, frame in rated.groupby("run_id", sort=False)]
     return pd.DataFrame(rows, columns=["run_id", "max_rate", "verdict"])

@@ -123,7 +123,7 @@ def empty_state() -> bool:
 
 
 def targets() -> Targets:
-    """The targets set on the Capacity page (defaults: DESIGN.md)."""
+    """The targets set on the Capacity page (defaults: docs/design.md)."""
     return st.session_state.get("targets", Targets())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import asdict, dataclass, fields
@@ -116,7 +117,7 @@ class RunConfig:
     arrival: str = "poisson"  # mode rate: poisson or constant gaps (harness.run.arrivals)
     duration_s: float = 60.0  # mode rate: seconds each rate level sends for
     repeat: int = 1  # passes over the sweep, interleaved per level (harness.results.confidence)
-    profile: str = ""  # mode users: chat or agentic (harness.run.users); "" with a duty or think
+    profile: str = ""  # mode users: chat or agentic (harness.config.PROFILES); "" with a duty
     duty_cycle: float | None = None  # mode users: share of a user's time with a request running
     think_s: float | None = None  # mode users: a fixed mean think time instead of a duty cycle
     turns: int = 1  # requests per conversation: each turn resends the conversation so far
@@ -256,3 +257,48 @@ class RunConfig:
         kept["server_args"] = tuple(kept.get("server_args", ()))
         kept["rates"] = tuple(kept.get("rates", ()))
         return cls(**kept)
+
+
+@dataclass(slots=True, frozen=True)
+class StoredRun:
+    """What `runs.config` holds: the run's knobs and what the run learned before its first
+    level. JSON only at the store's edge: `to_json` when the run is created, `from_json` for
+    every reader (resume, summary, explorer)."""
+
+    config: RunConfig | None  # None: a config this version cannot rebuild (an older file's)
+    prompt_words: int | None = None  # calibrated words per prompt (None: sent as given)
+    calibration_prompt_tokens: float | None = None  # what the server counted for them
+    prompts_digest: str | None = None  # the prompt source, to refuse a resume on other prompts
+    server: dict[str, object] | None = None  # the server's table and start state (/stats)
+
+    def to_json(self) -> str:
+        assert self.config is not None  # a new run always has its config
+        extras: dict[str, object] = {"prompt_words": self.prompt_words,
+                                     "calibration_prompt_tokens": self.calibration_prompt_tokens,
+                                     "prompts_digest": self.prompts_digest}
+        if self.server:
+            extras["server"] = self.server
+        return json.dumps({**self.config.to_json_dict(), **extras})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> StoredRun:
+        """The stored run back; text that is no JSON object, or knobs this version refuses,
+        leave `config` None rather than failing a reader."""
+        try:
+            data = json.loads(text or "null")
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            return cls(None)
+        try:
+            config: RunConfig | None = RunConfig.from_json_dict(data)
+        except (ConfigError, KeyError, TypeError, ValueError):
+            config = None
+        server = data.get("server")
+        return cls(config, data.get("prompt_words"), data.get("calibration_prompt_tokens"),
+                   data.get("prompts_digest"), server if isinstance(server, dict) else None)
+
+    @property
+    def calibrated(self) -> bool:
+        """Prompts were sized to input_tokens (not a .jsonl file sent at its own lengths)."""
+        return self.prompt_words is not None

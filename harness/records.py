@@ -52,7 +52,7 @@ class RequestRecord:
 
     @property
     def tps(self) -> float | None:
-        """Output tokens over the whole request time, TTFT included (DESIGN.md)."""
+        """Output tokens over the whole request time, TTFT included (docs/design.md)."""
         if not self.ok or not self.latency_ms:
             return None
         return self.output_tokens / (self.latency_ms / 1000.0)

@@ -8,7 +8,7 @@ Per node (one GPU or one unified-memory system):
   extra host RAM or NVMe = offloaded table + load buffers
 Verdict: `fits` (the whole model in memory), `fits_with_offload` (only with the table moved
 to host RAM or NVMe), `does_not_fit`. Every figure is a field the user can override.
-Published facts come from the shared reference (models_and_devices.md); figures marked
+Published facts come from results/reference/models_and_devices.md; figures marked
 "default" below are this project's estimates, shown in every result.
 """
 
@@ -169,7 +169,9 @@ def size(model_name: str, device_name: str, nodes: int = 1, placement: str | Non
     if unknown:
         raise ValueError(f"unknown sizing figure(s) {', '.join(unknown)}; known: "
                          f"{', '.join(sorted(known))}")
-    model, device, work = (_override(x, overrides) for x in (model, device, work))
+    model = _override(model, overrides)
+    device = _override(device, overrides)
+    work = _override(work, overrides)
 
     def holds(b: Budget) -> bool:
         return b.required_gb <= device.memory_gb and (

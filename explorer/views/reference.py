@@ -6,7 +6,7 @@ from explorer import charts, data, tables, ui
 from harness.results.metrics import capacity
 
 st.title("Published reference")
-st.caption("Published figures from the shared reference, copied into results/reference/. "
+st.caption("Published figures, as kept in results/reference/. "
            "They are shown as *published* everywhere and never mixed with measured runs.")
 runs, levels = ui.published()
 targets = ui.targets()

@@ -13,6 +13,7 @@ import streamlit as st
 
 from explorer import charts, data, rate, tables, ui
 from harness.config import PROFILE_DUTY
+from harness.results import verdicts
 from harness.results.metrics import capacity
 
 # counters_frame column: (readable name, number format; None for text)
@@ -59,11 +60,11 @@ def bands(path: str, version: tuple | None, run_id: str) -> pd.DataFrame:
 
 def rate_distribution(path: Path, run_id: str, metric: str) -> pd.DataFrame:
     """Per rate level box statistics of ttft_ms or tps, computed in SQL."""
-    expr = {"ttft_ms": "ttft_ms", "tps": "output_tokens / (latency_ms / 1000.0)"}[metric]
+    column = {"ttft_ms": "ttft_ms", "tps": "tps"}[metric]
     return data.query(path, f"""
         SELECT rate, count(*) AS n, min(v) AS lo, quantile_cont(v, 0.25) AS q1,
                median(v) AS med, quantile_cont(v, 0.75) AS q3, max(v) AS hi, avg(v) AS mean
-        FROM (SELECT rate, {expr} AS v FROM requests
+        FROM (SELECT rate, {column} AS v FROM request_figures
               WHERE run_id = ? AND rate IS NOT NULL AND ok AND latency_ms > 0)
         WHERE v IS NOT NULL GROUP BY rate ORDER BY rate""", [run_id])
 
@@ -75,7 +76,7 @@ def show_rate_run(run_id: str, levels: pd.DataFrame, labels: dict[str, str]) -> 
     rated = rate.rate_levels(levels)
     cap = rate.capacity(rated, targets)
     table = rate.judged(rated, cap)
-    st.subheader(rate.verdict(cap))
+    st.subheader(verdicts.rate_verdict(cap))
     cols = st.columns(3)
     cols[0].metric("sustainable rate (req/s)", f"{cap.max_rate:g}")
     cols[1].metric("rate levels", len(rated))
@@ -83,7 +84,7 @@ def show_rate_run(run_id: str, levels: pd.DataFrame, labels: dict[str, str]) -> 
     cols[2].metric("worst p99 send lag (ms)", "-" if lag is None or pd.isna(lag) else f"{lag:.2f}")
     st.caption(f"The highest tested request rate whose {targets.statistic} TPS >= "
                f"{targets.tps_min:g} tok/s and TTFT <= {targets.ttft_max_ms:g} ms, with no "
-               f"errors. {rate.USERS_NEED_C}")
+               f"errors. Note: {verdicts.USERS_NEED_C}.")
     for warning in cap.warnings:
         st.warning(warning)
     passing = {(run_id, float(r)) for r, v in cap.levels if v.passes}
@@ -164,7 +165,7 @@ labels = ui.run_labels()
 if not labels:
     ui.empty_state()
 else:
-    run_id = st.selectbox("run", list(labels), format_func=labels.get, key="run_id")
+    run_id = st.selectbox("run", list(labels), format_func=lambda r: labels.get(r, r), key="run_id")
     levels = ui.levels_for([run_id])
     if levels.empty:
         st.info("This run has stored no finished round yet: its levels appear as they finish.")
@@ -205,10 +206,10 @@ else:
                        "interval of the level mean over (repeat, round) clusters, or the range "
                        "over repeats where there are fewer than 20 clusters (the legend says "
                        "which).")
-        verdicts = {v.concurrency: v for v in cap.levels}
+        by_level = {v.concurrency: v for v in cap.levels}
         table = levels.drop(columns=["source"], errors="ignore").copy()
-        table["passes"] = [verdicts[int(c)].passes for c in table["concurrency"]]
-        table["fails_because"] = [verdicts[int(c)].reason for c in table["concurrency"]]
+        table["passes"] = [by_level[int(c)].passes for c in table["concurrency"]]
+        table["fails_because"] = [by_level[int(c)].reason for c in table["concurrency"]]
         st.subheader("Per level")
         if users:
             table = table.rename(columns={"concurrency": "users"})
@@ -221,7 +222,9 @@ else:
         ui.download("Levels CSV", lambda: table, f"{run_id}_levels.csv", len(table), "run_levels")
         if users and levels["duty_cycle"].notna().any():
             target = run.get("duty_target")
-            target = PROFILE_DUTY.get(run.get("profile")) if pd.isna(target) else target
+            if pd.isna(target):
+                profile = run.get("profile")
+                target = PROFILE_DUTY.get(profile) if isinstance(profile, str) else None
             st.plotly_chart(charts.duty_cycle_vs_users(levels, target, labels), width="stretch")
         if run:
             show_turns(run_id, users)

@@ -71,10 +71,10 @@ def level_name(stats: LevelStats) -> str:
 def _send_lag(records: Sequence[RequestRecord]) -> SendLag | None:
     """How late a rate level's requests went out; None outside rate mode."""
 
-    sent = [r for r in records if r.scheduled_at is not None]
+    sent = [(r.scheduled_at, r.sent_at) for r in records if r.scheduled_at is not None]
     if not sent:
         return None
-    return send_lag([r.scheduled_at for r in sent], [r.sent_at for r in sent])
+    return send_lag([s for s, _ in sent], [a for _, a in sent])
 
 
 def level_stats(
@@ -126,7 +126,7 @@ def stats_by_level(records: Iterable[RequestRecord], output_target: int) -> list
 
 @dataclass(slots=True, frozen=True)
 class Targets:
-    """Service targets and user factors (defaults: DESIGN.md and the published explorer)."""
+    """Service targets and user factors (defaults: docs/design.md and the published explorer)."""
 
     tps_min: float = 20.0
     ttft_max_ms: float = 1000.0
@@ -265,10 +265,10 @@ class RateCapacity:
 def rate_capacity(stats: Iterable[LevelStats], targets: Targets | None = None) -> RateCapacity:
     """Judge rate levels by the Max C rules; users are left out, as they need a concurrency."""
     targets = targets or Targets()
-    rated = sorted((s for s in stats if s.rate is not None), key=lambda s: s.rate)
-    verdicts = [(s.rate, judge(point(s, targets.statistic), targets)) for s in rated]
+    rated = sorted(((s.rate, s) for s in stats if s.rate is not None), key=lambda rs: rs[0])
+    verdicts = [(rate, judge(point(s, targets.statistic), targets)) for rate, s in rated]
     max_rate = max((r for r, v in verdicts if v.passes), default=0.0)
-    warnings = [f"R={s.rate:g} req/s: {s.lag_warning}" for s in rated if s.lag_warning]
+    warnings = [f"R={rate:g} req/s: {s.lag_warning}" for rate, s in rated if s.lag_warning]
     failed_below = [r for r, v in verdicts if not v.passes and r < max_rate]
     if failed_below:
         warnings.append(f"R={max_rate:g} req/s passes although lower rate(s) "

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TypeVar, cast
 
 from rich.console import Console
 from rich.table import Table
 
-from harness.config import PROFILE_DUTY, RunConfig
+from harness.config import PROFILE_DUTY, RunConfig, StoredRun
 from harness.records import RequestRecord
-from harness.results import confidence
+from harness.results import confidence, users
 from harness.results.metrics import (
     STATISTIC_FIELDS,
     LevelPoint,
@@ -30,7 +30,18 @@ from harness.results.metrics import (
 )
 from harness.results.search import SearchPlan, outcomes, plan
 from harness.results.store import Store
-from harness.results.users import UsersEstimate, duty_cycle, estimate_factor
+from harness.results.summary import (
+    IntervalDict,
+    JudgedDict,
+    LevelRow,
+    Summary,
+    TargetsDict,
+    TurnRow,
+)
+from harness.results.users import duty_cycle
+from harness.results.verdicts import USERS_NEED_C
+
+_T = TypeVar("_T")
 
 # Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
 FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
@@ -38,8 +49,6 @@ FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
 SUMMARY_LEVEL_FIELDS = ("concurrency", "requests", "errors", "short_outputs", *FIGURE_FIELDS,
                         "mean_prompt_tokens", "mean_output_tokens", "throughput_tps")
 RATE_LEVEL_FIELDS = ("rate", "p50_send_lag_ms", "p99_send_lag_ms")  # added for rate runs
-USERS_NEED_C = ("users are counted from Max C, a concurrency: a rate run reports the "
-                "sustainable request rate instead (run --mode closed for users)")
 
 
 class CapacityCSVError(ValueError):
@@ -49,11 +58,13 @@ class CapacityCSVError(ValueError):
 def summarise(
     run: dict, stats: Sequence[LevelStats], records: Sequence[RequestRecord], targets: Targets,
     search: SearchPlan | None = None, paired: tuple[str, int] | None = None,
-) -> dict:
+) -> Summary:
     """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
     A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency.
     A users run has `users`: its measured max users beside the factor estimate from the Max C
     of `paired` (run id, Max C), the newest closed run of the same setup."""
+    levels: list[LevelRow]
+    found: Summary
     if run["mode"] == "rate":
         levels, found, warnings = _rate_levels(run, stats, targets)
     else:
@@ -62,7 +73,7 @@ def summarise(
     if run["mode"] == "users":
         found.update(_users(run, levels, records, targets, paired))
     turns = turn_rows(records)
-    if _calibrated(run):
+    if StoredRun.from_json(run.get("config")).calibrated:
         sized = stats_by_level(first_turns(records), run["output_tokens"])  # new messages
         warnings += [w for s in sized if (w := prompt_warning(s, run["input_tokens"]))]
     estimated = sum(1 for r in records if r.ok and r.output_tokens_estimated)
@@ -72,24 +83,28 @@ def summarise(
     short = sum(s.short_outputs for s in stats)
     if short:
         warnings.append(f"{short} request(s) ended before {run['output_tokens']} output tokens")
-    return {
+    summary: Summary = {
         "run_id": run["run_id"], "status": run["status"], "device": run["device"],
         "engine": run["engine"], "model": run["model"],
         "table_placement": run["table_placement"], "label": run["label"],
         "mode": run["mode"], "rounds": run["rounds"],
         "input_tokens": run["input_tokens"], "measured_input_tokens": run["measured_input_tokens"],
         "output_tokens": run["output_tokens"],
-        "targets": asdict(targets), **_judged(targets.statistic), "levels": levels,
-        **found, "turns": turns if len(turns) > 1 else None, "warnings": warnings,
+        "targets": cast(TargetsDict, asdict(targets)), "statistic": targets.statistic,
+        "judged": _judged(targets.statistic), "levels": levels,
+        "turns": turns if len(turns) > 1 else None, "warnings": warnings,
     }
+    summary.update(found)
+    return summary
 
 
-def _users(run: dict, levels: list[dict], records: Sequence[RequestRecord], targets: Targets,
-           paired: tuple[str, int] | None) -> dict:
+def _users(run: dict, levels: list[LevelRow], records: Sequence[RequestRecord],
+           targets: Targets, paired: tuple[str, int] | None) -> Summary:
     """Max users (the highest passing user count) and the measured duty cycle per level,
     beside the published factor estimate; Max C and its users do not apply to a users run."""
-    config = json.loads(run.get("config") or "{}")
-    profile = config.get("profile") or ""
+    config = StoredRun.from_json(run.get("config")).config
+    profile = config.profile if config else ""
+    duty_target = config.duty_cycle if config else None
     by_level: dict[int, list[RequestRecord]] = {}
     for r in records:
         by_level.setdefault(r.concurrency, []).append(r)
@@ -97,24 +112,23 @@ def _users(run: dict, levels: list[dict], records: Sequence[RequestRecord], targ
         row["duty_cycle"] = _round(duty_cycle(by_level.get(row["concurrency"], [])))
     max_users = max((row["concurrency"] for row in levels if row["passes"]), default=0)
     duty = next((row["duty_cycle"] for row in levels if row["concurrency"] == max_users), None)
-    factor, _ = estimate_factor(profile, config.get("duty_cycle"), duty, targets.chat_factor,
-                                targets.agentic_factor)
-    estimate = UsersEstimate(max_users, duty, paired[1] if paired else None, factor or 0.0)
+    estimate = users.estimate(max_users, duty, paired[1] if paired else None, profile,
+                              duty_target, targets)
     return {
         "max_c": None, "chat_users": None, "agentic_users": None, "max_users": max_users,
         "users": {
-            "profile": profile or None, "duty_cycle_target": config.get("duty_cycle")
-            or PROFILE_DUTY.get(profile), "think_s": config.get("think_s"),
-            "max_users": max_users, "duty_cycle": duty, "factor": factor,
+            "profile": profile or None, "duty_cycle_target": duty_target
+            or PROFILE_DUTY.get(profile), "think_s": config.think_s if config else None,
+            "max_users": max_users, "duty_cycle": duty, "factor": estimate.factor,
             "closed_run": paired[0] if paired else None, "max_c": estimate.max_c,
-            "estimated_users": estimate.estimated_users if factor else None,
+            "estimated_users": estimate.estimated_users,
             "predicted_users": _round(estimate.predicted_users),
             "measured_factor": _round(estimate.measured_factor),
         },
     }
 
 
-def turn_rows(records: Sequence[RequestRecord]) -> list[dict]:
+def turn_rows(records: Sequence[RequestRecord]) -> list[TurnRow]:
     """Per turn of the conversations (all levels): the context sent, what the server reported
     cached, and TTFT; one row for a single-turn run."""
     by_turn: dict[int, list[RequestRecord]] = {}
@@ -133,14 +147,16 @@ def turn_rows(records: Sequence[RequestRecord]) -> list[dict]:
             for turn, rs in sorted(by_turn.items())]
 
 
-def _level_row(s: LevelStats, verdict: LevelVerdict, fields: Sequence[str]) -> dict:
-    row = {k: _round(getattr(s, k)) for k in fields}
-    return {**row, "passes": verdict.passes, "fails_because": verdict.reason or None}
+def _level_row(s: LevelStats, verdict: LevelVerdict, fields: Sequence[str]) -> LevelRow:
+    row = cast(LevelRow, {k: _round(getattr(s, k)) for k in fields})
+    row["passes"] = verdict.passes
+    row["fails_because"] = verdict.reason or None
+    return row
 
 
 def _concurrency_levels(
     run: dict, stats: Sequence[LevelStats], targets: Targets, search: SearchPlan | None
-) -> tuple[list[dict], dict, list[str]]:
+) -> tuple[list[LevelRow], Summary, list[str]]:
     """Per-level rows, Max C with users, and warnings of a closed or burst run."""
     users_levels = run.get("mode") == "users"
     cap = capacity([point(s, targets.statistic) for s in stats], targets, users_levels)
@@ -151,7 +167,7 @@ def _concurrency_levels(
     if missing:
         warnings.append(f"levels not measured: {level_names(users_levels)[0]}="
                         f"{','.join(map(str, missing))}")
-    found = {
+    found: Summary = {
         "max_c": cap.max_c,
         "max_c_search": ({"how": search.how, "exact": search.exact,
                           "lower_bound": search.lower_bound} if search else None),
@@ -160,7 +176,7 @@ def _concurrency_levels(
     return levels, found, warnings
 
 
-def _interval(iv: confidence.Interval | None) -> dict | None:
+def _interval(iv: confidence.Interval | None) -> IntervalDict | None:
     if iv is None:
         return None
     return {"mean": _round(iv.mean), "low": _round(iv.low), "high": _round(iv.high),
@@ -193,8 +209,8 @@ def repeat_agreement(records: Sequence[RequestRecord], output_target: int,
     return confidence.agreement(max_cs)
 
 
-def _repeats(levels: list[dict], records: Sequence[RequestRecord], output_target: int,
-             targets: Targets) -> dict:
+def _repeats(levels: list[LevelRow], records: Sequence[RequestRecord], output_target: int,
+             targets: Targets) -> Summary:
     """Adds ttft_ci and tps_ci to each level row; the repeats and their Max C agreement."""
     ttft, tps = level_intervals(records)
     for row in levels:
@@ -210,36 +226,33 @@ def _repeats(levels: list[dict], records: Sequence[RequestRecord], output_target
 
 def _rate_levels(
     run: dict, stats: Sequence[LevelStats], targets: Targets
-) -> tuple[list[dict], dict, list[str]]:
+) -> tuple[list[LevelRow], Summary, list[str]]:
     """Per-level rows (with send lag), the sustainable rate, and warnings of a rate run."""
     cap = rate_capacity(stats, targets)
     verdicts = dict(cap.levels)
-    rated = [s for s in stats if s.rate is not None]
+    rated = [(s.rate, s) for s in stats if s.rate is not None]
     fields = (*RATE_LEVEL_FIELDS, *SUMMARY_LEVEL_FIELDS)
-    levels = [_level_row(s, verdicts[s.rate], fields) for s in rated]
+    levels = [_level_row(s, verdicts[rate], fields) for rate, s in rated]
     warnings = list(cap.warnings)
-    planned = json.loads(run.get("config") or "{}").get("rates", [])
-    missing = sorted(set(planned) - {s.rate for s in rated})
+    config = StoredRun.from_json(run.get("config")).config
+    planned = config.rates if config else ()
+    missing = sorted(set(planned) - {rate for rate, _ in rated})
     if missing:
         warnings.append(f"rates not measured: {','.join(f'{r:g}' for r in missing)} req/s")
-    found = {"max_rate": cap.max_rate, "max_c": None, "max_c_search": None,
-             "chat_users": None, "agentic_users": None, "users_note": USERS_NEED_C}
+    found: Summary = {"max_rate": cap.max_rate, "max_c": None, "max_c_search": None,
+                      "chat_users": None, "agentic_users": None, "users_note": USERS_NEED_C}
     return levels, found, warnings
 
 
-def _calibrated(run: dict) -> bool:
-    """Prompts were sized to input_tokens (not a .jsonl file sent at its own lengths)."""
-    return json.loads(run.get("config") or "{}").get("prompt_words") is not None
-
-
-def _judged(statistic: str) -> dict:
-    """Names the statistic the verdicts used and the two figures it judged."""
+def _judged(statistic: str) -> JudgedDict:
+    """The two figures the named statistic judges."""
     ttft, tps = STATISTIC_FIELDS[statistic]
-    return {"statistic": statistic, "judged": {"ttft": ttft, "tps": tps}}
+    return {"ttft": ttft, "tps": tps}
 
 
-def _round(value: object) -> object:
-    return round(value, 3) if isinstance(value, float) else value
+def _round(value: _T) -> _T:
+    """A float to 3 decimals (what --json shows); anything else as it is."""
+    return cast(_T, round(value, 3)) if isinstance(value, float) else value
 
 
 def _fmt(value: object, digits: int = 1) -> str:
@@ -250,7 +263,7 @@ def _fmt(value: object, digits: int = 1) -> str:
     return str(value)
 
 
-def print_summary(summary: dict, console: Console) -> None:
+def print_summary(summary: Summary, console: Console) -> None:
     title = (f"run {summary['run_id']} ({summary['status']}): {summary['model']} on "
              f"{summary['device'] or 'unlabelled device'}, engine {summary['engine'] or '-'}, "
              f"table {summary['table_placement'] or '-'}")
@@ -286,13 +299,13 @@ def print_summary(summary: dict, console: Console) -> None:
         _print_users(summary, console)
     else:
         _print_max_c(summary, console)
-    if summary.get("turns"):
-        _print_turns(summary["turns"], console)
+    if turns := summary.get("turns"):
+        _print_turns(turns, console)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
-def _print_users(summary: dict, console: Console) -> None:
+def _print_users(summary: Summary, console: Console) -> None:
     t, u = summary["targets"], summary["users"]
     who = f"{u['profile']} users" if u["profile"] else "users"
     duty = f", measured duty cycle {u['duty_cycle']:.2f}" if u["duty_cycle"] is not None else ""
@@ -313,12 +326,11 @@ def _print_users(summary: dict, console: Console) -> None:
                   if u["measured_factor"] is not None else "")
         console.print(f"estimate: {estimate} (run {u['closed_run']}){predicted}{factor}",
                       highlight=False)
-    if summary.get("max_c_search"):
-        console.print(f"Max users found by --search: {summary['max_c_search']['how']}",
-                      highlight=False)
+    if search := summary.get("max_c_search"):
+        console.print(f"Max users found by --search: {search['how']}", highlight=False)
 
 
-def _print_turns(turns: list[dict], console: Console) -> None:
+def _print_turns(turns: list[TurnRow], console: Console) -> None:
     table = Table(title="per turn: the context grows, a prefix cache can reuse it",
                   title_justify="left")
     for name in ("turn", "req", "prompt tok", "cached tok", "TTFT mean"):
@@ -329,7 +341,7 @@ def _print_turns(turns: list[dict], console: Console) -> None:
     console.print(table)
 
 
-def _print_max_c(summary: dict, console: Console) -> None:
+def _print_max_c(summary: Summary, console: Console) -> None:
     t = summary["targets"]
     console.print(
         f"Max C = [bold]{summary['max_c']}[/] ({t['statistic']} TPS >= {t['tps_min']:g} tok/s, "
@@ -338,9 +350,8 @@ def _print_max_c(summary: dict, console: Console) -> None:
         f"[bold]{summary['agentic_users']}[/] (x{t['agentic_factor']:g})",
         highlight=False,
     )
-    if summary.get("max_c_search"):
-        console.print(f"Max C found by --search: {summary['max_c_search']['how']}",
-                      highlight=False)
+    if search := summary.get("max_c_search"):
+        console.print(f"Max C found by --search: {search['how']}", highlight=False)
     agree = summary.get("max_c_agreement")
     if agree:
         console.print(f"Max C {summary['max_c']} ({agree['text']} repeats agree"
@@ -350,31 +361,34 @@ def _print_max_c(summary: dict, console: Console) -> None:
     _print_intervals(summary, console)
 
 
-def _ci_text(ci: dict | None, unit: str) -> str:
+def _ci_text(ci: IntervalDict | None, unit: str) -> str:
     if ci is None:
         return "-"
     kind = "95% CI" if ci["method"] == "bootstrap" else "range"
     return f"{ci['mean']:.1f} {unit} ({kind} {ci['low']:.1f}-{ci['high']:.1f})"
 
 
-def _print_intervals(summary: dict, console: Console) -> None:
+def _print_intervals(summary: Summary, console: Console) -> None:
     """Per level, mean TTFT and TPS with their interval, when the run has repeats or enough
     rounds for a bootstrap; a range is said to be one."""
-    rows = [lv for lv in summary["levels"] if lv.get("ttft_ci") or lv.get("tps_ci")]
+    rows = [(lv["concurrency"], lv.get("ttft_ci"), lv.get("tps_ci")) for lv in summary["levels"]
+            if lv.get("ttft_ci") or lv.get("tps_ci")]
     if not rows or (summary.get("repeats", 1) < 2
-                    and all((lv["ttft_ci"] or {}).get("method") != "bootstrap" for lv in rows)):
+                    and all(ttft is None or ttft["method"] != "bootstrap"
+                            for _, ttft, _ in rows)):
         return
-    for lv in rows:
-        console.print(f"C={lv['concurrency']}: TTFT {_ci_text(lv['ttft_ci'], 'ms')}, "
-                      f"TPS {_ci_text(lv['tps_ci'], 'tok/s')}", highlight=False)
-    notes = {ci["note"] for lv in rows for ci in (lv["ttft_ci"], lv["tps_ci"]) if ci}
+    for concurrency, ttft, tps in rows:
+        console.print(f"C={concurrency}: TTFT {_ci_text(ttft, 'ms')}, "
+                      f"TPS {_ci_text(tps, 'tok/s')}", highlight=False)
+    notes = {ci["note"] for _, ttft, tps in rows for ci in (ttft, tps) if ci and ci["note"]}
     for note in sorted(notes):
         console.print(f"  ({note})", highlight=False)
 
 
 # -- the bundled server's table, from its /stats -----------------------------------------------
 
-SERVER_TABLE_KEYS = {"table_bytes": (int, float), "placement": str, "io_mode": str,
+SERVER_TABLE_KEYS: dict[str, type | tuple[type, ...]] = {
+                     "table_bytes": (int, float), "placement": str, "io_mode": str,
                      "table_budget_bytes": (int, float), "cache_ratio": (int, float),
                      "cache_state": str, "decode": str}
 
@@ -472,7 +486,7 @@ def capacity_object(runs: dict[str, list[dict]], targets: Targets) -> dict:
                        targets)
         out[name] = {
             "max_c": cap.max_c, "chat_users": cap.chat_users, "agentic_users": cap.agentic_users,
-            **_judged(targets.statistic),
+            "statistic": targets.statistic, "judged": _judged(targets.statistic),
             "levels": [{**r, "passes": v.passes, "fails_because": v.reason or None}
                        for r, v in zip(rows, cap.levels, strict=True)],
             "warnings": cap.warnings,

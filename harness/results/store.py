@@ -101,15 +101,17 @@ CREATE TABLE IF NOT EXISTS probes (
     concurrency INTEGER,
     ordinal INTEGER
 );
+-- each request with what its row implies: TPS = output tokens / the whole request time, TTFT
+-- included (the SQL form of harness.records.RequestRecord.tps), and when it ended
+CREATE OR REPLACE VIEW request_figures AS
+SELECT r.*,
+    CASE WHEN r.ok AND r.latency_ms > 0
+         THEN r.output_tokens / (r.latency_ms / 1000.0) END AS tps,
+    r.sent_at + to_microseconds(CAST(round(r.latency_ms * 1000) AS BIGINT)) AS ended_at
+FROM requests r;
 -- a level is (concurrency, rate): rate levels have concurrency 0, the others rate NULL
 CREATE OR REPLACE VIEW levels AS
-WITH q AS (
-    SELECT r.*,
-        CASE WHEN r.ok AND r.latency_ms > 0
-             THEN r.output_tokens / (r.latency_ms / 1000.0) END AS tps,
-        r.sent_at + to_microseconds(CAST(round(r.latency_ms * 1000) AS BIGINT)) AS ended_at
-    FROM requests r
-)
+WITH q AS (SELECT * FROM request_figures)
 SELECT
     q.run_id,
     q.concurrency,
@@ -138,7 +140,7 @@ SELECT
         AS p99_send_lag_ms,
     avg(q.cached_tokens) FILTER (WHERE q.ok) AS mean_cached_tokens,
     -- users mode: the share of each user's time with a request running (busy / busy + think)
-    -- over the requests a think followed (harness.run.users.duty_cycle)
+    -- over the requests a think followed (harness.results.users.duty_cycle)
     CASE WHEN count(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL) > 0
          THEN sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
               / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
@@ -158,9 +160,8 @@ SELECT
     avg(input_tokens) FILTER (WHERE ok) AS mean_prompt_tokens,
     avg(cached_tokens) FILTER (WHERE ok) AS mean_cached_tokens,
     avg(ttft_ms) FILTER (WHERE ok) AS mean_ttft_ms,
-    avg(CASE WHEN ok AND latency_ms > 0 THEN output_tokens / (latency_ms / 1000.0) END)
-        AS mean_tps
-FROM requests
+    avg(tps) AS mean_tps
+FROM request_figures
 WHERE rate IS NULL
 GROUP BY run_id, concurrency, coalesce(turn, 1);
 """
@@ -182,7 +183,8 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("requests", "repeat", "INTEGER"), ("requests", "think_ms", "DOUBLE"),
             ("requests", "turn", "INTEGER"), ("requests", "cached_tokens", "INTEGER"),
             ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE"),
-            ("server_stats", "repeat", "INTEGER"), ("server_metrics", "repeat", "INTEGER")}
+            ("server_stats", "repeat", "INTEGER"), ("server_metrics", "repeat", "INTEGER"),
+            ("request_figures", "tps", "DOUBLE")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from harness.config import PROFILE_DUTY
 from harness.records import RequestRecord
+from harness.results.metrics import Targets, users
 
 
 def duty_cycle(records: Iterable[RequestRecord]) -> float | None:
@@ -39,11 +40,15 @@ class UsersEstimate:
     max_users: int
     duty_cycle: float | None  # measured at the max-users level (None: not measured)
     max_c: int | None  # of the paired closed run (None: none to compare with)
-    factor: float  # the published factor of the profile (4 chat, 1.5 agentic)
+    factor: float | None  # users per Max C (None: no factor known, e.g. no duty measured)
+    how: str = ""  # how the factor reads: "x 4", "/ target duty 0.30"
 
     @property
     def estimated_users(self) -> int | None:
-        return None if self.max_c is None else math.floor(self.max_c * self.factor + 1e-9)
+        """Max C x factor, floored as the published explorer does (metrics.users)."""
+        if self.max_c is None or self.factor is None:
+            return None
+        return users(self.max_c, self.factor)
 
     @property
     def predicted_users(self) -> float | None:
@@ -56,6 +61,15 @@ class UsersEstimate:
     def measured_factor(self) -> float | None:
         """Measured users per Max C: the factor this hardware really gives."""
         return None if not self.max_c else self.max_users / self.max_c
+
+
+def estimate(max_users: int, duty: float | None, max_c: int | None, profile: str | None,
+             duty_target: float | None, targets: Targets) -> UsersEstimate:
+    """A users run's estimate, the one rule the summary and the explorer share: the factor
+    of `estimate_factor` with the targets' chat and agentic factors."""
+    factor, how = estimate_factor(profile, duty_target, duty, targets.chat_factor,
+                                  targets.agentic_factor)
+    return UsersEstimate(max_users, duty, max_c, factor, how)
 
 
 def estimate_factor(profile: str | None, duty_target: float | None,

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from harness import __version__
-from harness.config import ConfigError, RunConfig
+from harness.config import ConfigError, RunConfig, StoredRun
 from harness.records import RequestRecord
 from harness.results.metrics import (
     LevelStats,
@@ -97,9 +97,10 @@ async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock, prompt
         nonlocal probes
         counts = [await one(words, sample) for sample in range(CALIBRATION_SAMPLES)]
         probes += 1
-        if None in counts:
+        counted = [c for c in counts if c is not None]
+        if len(counted) < len(counts):
             return None
-        return round(sum(counts) / len(counts))
+        return round(sum(counted) / len(counted))
 
     try:
         return await calibrate(config.input_tokens, probe)
@@ -136,23 +137,21 @@ async def execute(
             words, probed = calibration.words, calibration.prompt_tokens
         else:
             progress.message(f"prompts: not calibrated; source: {prompts.describe()}")
-        extras = {"prompt_words": words, "calibration_prompt_tokens": probed,
-                  "prompts_digest": prompts.digest(), **({"server": server} if server else {})}
         store.create_run(run_id, {
             "device": config.device, "engine": config.engine, "model": config.model,
             "table_placement": config.table_placement, "target_url": config.url,
             "api": config.api, "mode": config.mode, "levels": list(config.levels),
             "rounds": config.rounds, "input_tokens": config.input_tokens,
             "output_tokens": config.output_tokens, "label": config.label,
-            "config": json.dumps({**config.to_json_dict(), **extras}),
+            "config": StoredRun(config, words, probed, prompts.digest(), server).to_json(),
             "host": json.dumps(host_info()), "version": __version__,
         })
     else:
-        stored = json.loads(store.run(run_id)["config"])
-        if stored.get("prompts_digest", prompts.digest()) != prompts.digest():
+        stored = StoredRun.from_json(store.run(run_id)["config"])
+        if stored.prompts_digest not in (None, prompts.digest()):
             raise ConfigError(f"the prompts of run {run_id} ({config.prompts}) have changed "
                               "since it started, so its missing rounds cannot be rebuilt alike")
-        words = stored["prompt_words"]
+        words = stored.prompt_words
         store.update_run(run_id, status="running", finished_at=None, error=None)
     if words is not None:
         prompts = prompts.sized(words)

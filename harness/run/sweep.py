@@ -1,4 +1,5 @@
-"""One level at a time: closed-loop workers, synchronized bursts or an open-loop rate (DESIGN.md).
+"""One level at a time: closed-loop workers, synchronized bursts or an open-loop rate
+(docs/design.md).
 
 `closed`: C workers, each sends its rounds back to back; round r is the r-th request of every
 worker. `burst`: C requests start together, all finish, then the next round. A round is handed
@@ -7,7 +8,7 @@ to `commit` as soon as its C records exist, so a killed process loses at most th
 earlier ones; the level (concurrency 0, round 0, worker = request index) is committed whole
 once its last request ends, so a resume runs a rate level again or not at all. `users`: U
 simulated users (the level), each like a closed worker that thinks between its requests
-(harness.run.users); users arrive spread out, and their stored requests begin once all have.
+(harness.config.ThinkModel); users arrive spread out, and their stored requests begin once all have.
 
 `--turns N` makes each worker (or user) a conversation of N turns: round r is turn r % N + 1,
 and each turn resends the conversation so far (its messages and the answers they got) with a

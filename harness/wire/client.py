@@ -5,7 +5,7 @@ httpx streaming client reads TTFT 1-2 ms late at C<=8, 12.5 ms late (p99 55 ms) 
 cannot keep up at C=128 (~170 us CPU per chunk); plain aiohttp is 0.7-0.9 ms late at C<=8,
 2.4 ms at C=32 and 8 ms at C=128, with ~1.5x this client's CPU per chunk. Here the request
 goes out in one write on a pre-opened TCP_NODELAY connection (a client that writes headers
-and body apart without it can stall 40 ms on Nagle + delayed ACK, DESIGN.md), and every chunk
+and body apart without it can stall 40 ms on Nagle + delayed ACK, docs/design.md), and every chunk
 is timestamped in `data_received`, before any coroutine is scheduled.
 
 One route: the control-plane calls (`get`, used by target.py) run on these same connections,

@@ -1,4 +1,4 @@
-"""Model presets: a small real decoder with the published Engram geometries (DESIGN.md)."""
+"""Model presets: a small real decoder with the published Engram geometries (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Replayed output: each request emits natural English instead of the dummy model's choice.
 
 The bundled model has seeded dummy weights, so what it samples is not language, and Engram
-rows are addressed by n-grams of what it emits: benchmarks need natural text out (DESIGN.md,
+rows are addressed by n-grams of what it emits: benchmarks need natural text out (docs/design.md,
 "the token stream matters"). With `decode="replay"` the model still computes every step's
 logits, but the token emitted is the next one of a fixed text: common.corpus (CPython's
 documentation prose) in the bundled tokenizer's ids. A request starts at an offset given by a

@@ -11,10 +11,12 @@ import pandas as pd
 import pytest
 
 from explorer import charts, data
+from harness.config import RunConfig, StoredRun
+from harness.results import users
 from harness.results.metrics import Targets
 from harness.results.store import Store
 from tests.explorer import fixtures
-from tests.explorer.test_pages import (
+from tests.explorer.apptest import (
     app,
     assert_human,
     assert_runs_table,
@@ -212,14 +214,18 @@ def test_users_table_and_factors():
     row = data.users_table(levels, runs, {"u": "c"}, Targets()).iloc[0]
     assert (row["max_users"], row["estimated_users"], row["factor"]) == (3, 3, "x 1.5")
     assert row["measured_factor"] == 1.5
-    assert data.users_factor({"profile": None, "duty_target": 0.5}, 0.4, Targets()) == (
-        2.0, "/ target duty 0.50")
-    assert data.users_factor({"profile": None, "duty_target": None}, 0.4, Targets()) == (
-        2.5, "/ measured duty 0.40")
-    assert data.users_factor({}, None, Targets()) == (None, "")
+    by_target = users.estimate(3, 0.4, 2, None, 0.5, Targets())
+    assert (by_target.factor, by_target.how, by_target.estimated_users) == (
+        2.0, "/ target duty 0.50", 4)
+    by_measured = users.estimate(3, 0.4, 2, None, None, Targets())
+    assert (by_measured.factor, by_measured.how) == (2.5, "/ measured duty 0.40")
+    unknown = users.estimate(3, None, 2, None, None, Targets())
+    assert (unknown.factor, unknown.how, unknown.estimated_users) == (None, "", None)
     assert data.run_settings(None) == {"profile": None, "duty_target": None, "think_s": None,
                                        "turns": None}
-    assert data.run_settings('{"profile": "chat", "turns": 4}')["turns"] == 4
+    stored = StoredRun(RunConfig(url="u", model="m", mode="users", profile="chat", turns=4))
+    assert data.run_settings(stored.to_json()) == {"profile": "chat", "duty_target": None,
+                                                   "think_s": None, "turns": 4}
 
 
 def test_level_title():

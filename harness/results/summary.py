@@ -1,0 +1,138 @@
+"""The shape of a run's summary: what `summarise` builds, `print_summary` prints and
+`run --json` / `summary --json` write. Typed here, serialised to JSON only at the CLI's edge."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class TargetsDict(TypedDict):
+    """`metrics.Targets` as the summary states them."""
+
+    tps_min: float
+    ttft_max_ms: float
+    statistic: str
+    chat_factor: float
+    agentic_factor: float
+
+
+class IntervalDict(TypedDict):
+    """A 95% interval of a level's mean (harness.results.confidence), rounded."""
+
+    mean: float | None
+    low: float | None
+    high: float | None
+    method: str
+    clusters: int
+    repeats: int
+    note: str | None
+
+
+class LevelRow(TypedDict, total=False):
+    """One level: every figure of `metrics.LevelStats` the summary shows, and its verdict.
+    Rate levels add the rate and send lag; users levels the duty cycle; repeats intervals."""
+
+    concurrency: int
+    requests: int
+    errors: int
+    short_outputs: int
+    mean_ttft_ms: float | None
+    p50_ttft_ms: float | None
+    p90_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    mean_tps: float | None
+    p50_tps: float | None
+    p10_tps: float | None
+    p1_tps: float | None
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+    throughput_tps: float | None
+    passes: bool
+    fails_because: str | None
+    rate: float | None
+    p50_send_lag_ms: float | None
+    p99_send_lag_ms: float | None
+    duty_cycle: float | None
+    ttft_ci: IntervalDict | None
+    tps_ci: IntervalDict | None
+
+
+class SearchDict(TypedDict):
+    """How `--search` found Max C."""
+
+    how: str
+    exact: bool
+    lower_bound: bool
+
+
+class AgreementDict(TypedDict):
+    """Max C of each repeat on its own, and how many agree."""
+
+    max_c: int
+    agree: int
+    repeats: int
+    text: str
+
+
+class UsersDict(TypedDict):
+    """A users run: measured max users beside the factor estimate of a paired closed run."""
+
+    profile: str | None
+    duty_cycle_target: float | None
+    think_s: float | None
+    max_users: int
+    duty_cycle: float | None
+    factor: float | None
+    closed_run: str | None
+    max_c: int | None
+    estimated_users: int | None
+    predicted_users: float | None
+    measured_factor: float | None
+
+
+class TurnRow(TypedDict):
+    """One turn of the conversations: the context sent, what was cached, TTFT."""
+
+    turn: int
+    requests: int
+    mean_prompt_tokens: float | None
+    mean_cached_tokens: float | None
+    mean_ttft_ms: float | None
+
+
+class JudgedDict(TypedDict):
+    ttft: str
+    tps: str
+
+
+class Summary(TypedDict, total=False):
+    """A run's summary; keys a mode does not have are absent (users, max_rate) or None."""
+
+    run_id: str
+    status: str
+    device: str
+    engine: str
+    model: str
+    table_placement: str
+    label: str
+    mode: str
+    rounds: int
+    input_tokens: int
+    measured_input_tokens: float | None
+    output_tokens: int
+    targets: TargetsDict
+    statistic: str
+    judged: JudgedDict
+    levels: list[LevelRow]
+    max_c: int | None
+    max_c_search: SearchDict | None
+    chat_users: int | None
+    agentic_users: int | None
+    repeats: int
+    max_c_agreement: AgreementDict | None
+    max_rate: float
+    users_note: str
+    max_users: int
+    users: UsersDict
+    turns: list[TurnRow] | None
+    warnings: list[str]
