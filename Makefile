@@ -53,7 +53,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-vllm lint docs bench bench-harness bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -103,6 +103,11 @@ bench: $(if $(or $(URL),$(filter vllm,$(ENGINE))),$(CORE),$(SERVER))
 
 bench-harness: $(ALL)
 	$(BIN)/python benchmarks/harness_accuracy.py
+
+# Per-level statistics of a 1M-request run: pure Python, DuckDB's view and polars, interleaved.
+REQUESTS ?= 1000000
+bench-level-stats: $(ALL)
+	$(BIN)/python benchmarks/level_stats.py --requests $(REQUESTS)
 
 bench-kv-tradeoff: $(ALL)
 	$(BIN)/python benchmarks/kv_tradeoff.py

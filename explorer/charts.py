@@ -257,7 +257,7 @@ LAG_LIMITED_NAME = "send lag > 10 ms (generator-limited)"
 
 def metric_vs_rate(levels: pd.DataFrame, y: str, target: float, target_label: str,
                    passing: set[tuple[str, float]], y_title: str, labels: dict[str, str],
-                   lag_limited: set[tuple[str, float]] = frozenset()) -> go.Figure:
+                   lag_limited: Collection[tuple[str, float]] = frozenset()) -> go.Figure:
     """A rate run's figure against the request rate (req/s), one line per run: filled markers
     where the level meets every target, hollow where not, an x where the load generator set
     the pace (p99 send lag over the limit)."""

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 import streamlit as st
+
+if TYPE_CHECKING:
+    from streamlit.elements.lib.column_types import ColumnConfig
 
 
 @dataclass(slots=True, frozen=True)
@@ -16,7 +20,7 @@ class Column:
     label: str
     kind: str = "text"  # text | number | check | datetime
     format: str | None = None  # a NumberColumn / DatetimeColumn format
-    width: str | None = None  # "large" for sentences
+    width: Literal["small", "medium", "large"] | None = None  # "large" for sentences
 
 
 MS, TOKS, COUNT, MEAN_COUNT = "%.1f", "%.1f", "%d", "%.1f"
@@ -132,7 +136,7 @@ def human(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return frame[present].rename(columns={c: COLUMNS[c].label for c in present})
 
 
-def _config(column: Column, pinned: bool) -> st.column_config.Column:
+def _config(column: Column, pinned: bool) -> ColumnConfig:
     if column.kind == "number":
         return st.column_config.NumberColumn(column.label, format=column.format, pinned=pinned)
     if column.kind == "check":

@@ -23,6 +23,7 @@ import ssl as ssl_module
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from harness.run import aio
 
@@ -138,7 +139,8 @@ class MockServer:
     ) -> bool:
         route = path.split("?", 1)[0]
         if method == "GET" and route == "/v1/models":
-            card = {"id": self.config.model, "object": "model", "owned_by": "mock"}
+            card: dict[str, object] = {"id": self.config.model, "object": "model",
+                                       "owned_by": "mock"}
             if self.config.context_tokens:
                 card["max_model_len"] = self.config.context_tokens
             models = {"object": "list", "data": [card]}
@@ -439,7 +441,7 @@ class ThreadedMockServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{scheme}://{host}:{self.server.port}/v1"
 
-    def configure(self, **changes: object) -> None:
+    def configure(self, **changes: Any) -> None:  # each field has its own type
         self.server.config = dataclasses.replace(self.server.config, **changes)
 
 

@@ -21,8 +21,8 @@ targets = Targets(tps_min, ttft_max, statistic, chat, agentic)
 st.session_state["targets"] = targets
 
 labels = ui.run_labels()
-selected = st.multiselect("runs", list(labels), default=list(labels), format_func=labels.get,
-                          key="capacity_runs")
+selected = st.multiselect("runs", list(labels), default=list(labels),
+                          format_func=labels.__getitem__, key="capacity_runs")
 levels = ui.levels_for(selected)
 table = data.capacity_table(levels, targets) if not levels.empty else None
 if table is None or table.empty:
@@ -35,11 +35,11 @@ else:
                                for r in table["run_id"]])
     table["published_max_c"] = [pub["published_max_c"].get(r) if r in pub.index else None
                                 for r in table["run_id"]]
-    cols = st.columns(2)
-    cols[0].metric("best Max C", int(table["max_c"].max()) if table["max_c"].notna().any()
+    best = st.columns(2)
+    best[0].metric("best Max C", int(table["max_c"].max()) if table["max_c"].notna().any()
                    else "-")
     if not users.empty:
-        cols[1].metric("best Max users (measured)", int(users["max_users"].max()))
+        best[1].metric("best Max users (measured)", int(users["max_users"].max()))
         st.caption("Users runs (--mode users) are judged by the highest user count U that "
                    "meets the targets, measured; the estimate beside it is the Max C of a "
                    "closed run of the same setup times the profile's users per C set above.")

@@ -26,7 +26,7 @@ labels = ui.run_labels()
 choices = list(labels)
 default = choices[:2]
 selected = st.multiselect("runs (the first is the baseline)", choices, default=default,
-                          format_func=labels.get, key="compare_runs")
+                          format_func=labels.__getitem__, key="compare_runs")
 if len(selected) < 2:
     st.info("Pick two or more runs; measured and published runs can be mixed.")
 else:

@@ -165,7 +165,7 @@ labels = ui.run_labels()
 if not labels:
     ui.empty_state()
 else:
-    run_id = st.selectbox("run", list(labels), format_func=lambda r: labels.get(r, r), key="run_id")
+    run_id = st.selectbox("run", list(labels), format_func=labels.__getitem__, key="run_id")
     levels = ui.levels_for([run_id])
     if levels.empty:
         st.info("This run has stored no finished round yet: its levels appear as they finish.")

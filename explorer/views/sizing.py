@@ -28,10 +28,10 @@ report = sizing.size(model, device, nodes, None if placement == "auto" else plac
 verdict = report["verdict"].replace("_", " ")
 show = {"fits": st.success, "fits with offload": st.warning}.get(verdict, st.error)
 show(f"Verdict: **{verdict}** (table on {report['placement']})")
-cols = st.columns(3)
-cols[0].metric("required per node (GB)", f"{report['required_gb']:.1f}")
-cols[1].metric("offload tier per node (GB)", f"{report['offload_gb']:.1f}")
-cols[2].metric("decode ceiling (tok/s, upper bound)",
+figures = st.columns(3)
+figures[0].metric("required per node (GB)", f"{report['required_gb']:.1f}")
+figures[1].metric("offload tier per node (GB)", f"{report['offload_gb']:.1f}")
+figures[2].metric("decode ceiling (tok/s, upper bound)",
                f"{report['decode_ceiling_tps_upper_bound']:.0f}")
 st.plotly_chart(charts.sizing_budget(report), width="stretch")
 if report["offload_gb"]:

@@ -27,6 +27,7 @@ from runners.engram.protocol import (
     reject_unsupported,
 )
 from runners.engram.runtime import Runtime
+from runners.engram.stats import ServerStats
 from runners.engram.table_store import TableCacheError
 
 MAX_BODY = 1024 * 1024
@@ -130,8 +131,8 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
     async def health() -> dict:
         return {"status": "ok"}
 
-    @app.get("/stats")
-    async def stats() -> dict:
+    @app.get("/stats", response_model=None)  # the figures as measured: no validation pass
+    async def stats() -> ServerStats:
         return await asyncio.to_thread(runtime.stats)  # mincore and smaps: off the loop
 
     @app.get("/metrics")

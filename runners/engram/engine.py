@@ -33,6 +33,7 @@ from runners.engram.kv_blocks import BLOCK_SIZE, BlockManager, blocks_for
 from runners.engram.model import EngramLM, PagedKV, RowsFor, block_tables
 from runners.engram.replay import ReplayText
 from runners.engram.scheduler import Scheduler, Sequence, Step
+from runners.engram.stats import KVDict
 from runners.engram.table_store import Gather, TableStore
 
 # token id (None when finished), finish reason (None while running)
@@ -146,7 +147,7 @@ class Engine:
     def running(self) -> int:
         return len(self.scheduler.running)
 
-    def kv_snapshot(self) -> dict:
+    def kv_snapshot(self) -> KVDict:
         """The KV pool and prefix cache figures, read under the engine's lock."""
         b = self.blocks
         with self._wake:
@@ -187,11 +188,11 @@ class Engine:
         marks = [time.perf_counter()]  # start, hashed, computed, sampled, emitted
         if step.prefill is not None:
             seqs, phase = [step.prefill], "prefill"
-            tokens, reused = step.prefill.tokens, step.prefill.reused_tokens
-            inputs = tokens[reused:]  # the cached prefix's KV is already in its blocks
+            prompt, reused = step.prefill.tokens, step.prefill.reused_tokens
+            inputs = prompt[reused:]  # the cached prefix's KV is already in its blocks
             # the suffix's rows, hashed with the real tokens before them
-            rows = self.geometry.row_ids(np.asarray(tokens), len(inputs))
-            positions = list(range(reused, len(tokens)))
+            rows = self.geometry.row_ids(np.asarray(prompt), len(inputs))
+            positions = list(range(reused, len(prompt)))
         else:
             seqs, phase = step.decode, "decode"
             history = self.geometry.history + 1

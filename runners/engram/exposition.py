@@ -9,7 +9,8 @@ vLLM's names (`vllm:...`, label model_name), so a scraper reads this server as i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -21,6 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from runners.engram.latency import HISTOGRAMS
+from runners.engram.stats import ServerStats
 
 PREFIX = "engram_"
 
@@ -117,7 +119,7 @@ PER_LAYER = "engram_wait_ms_by_layer"
 
 
 class _Snapshot(Collector):
-    def __init__(self, stats: dict) -> None:
+    def __init__(self, stats: Mapping[str, Any]) -> None:
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
@@ -170,7 +172,7 @@ class _Snapshot(Collector):
             yield histogram
 
 
-def exposition(stats: dict) -> bytes:
+def exposition(stats: ServerStats) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(stats))
     return generate_latest(registry)

@@ -36,7 +36,7 @@ def is_prime(n: int) -> bool:
 
 def primes_below(limit: int, count: int) -> list[int]:
     """The `count` largest distinct primes <= limit, descending."""
-    out = []
+    out: list[int] = []
     n = limit
     while len(out) < count and n >= 2:
         if is_prime(n):

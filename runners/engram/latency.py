@@ -12,6 +12,8 @@ import threading
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from runners.engram.stats import HistogramDict
+
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 QUEUE = "vllm:request_queue_time_seconds"
@@ -60,7 +62,7 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> HistogramDict:
         """Cumulative counts keyed by Prometheus `le` label, as JSON can carry them."""
         buckets: dict[str, int] = {}
         total = 0
@@ -97,6 +99,6 @@ class ServerLatency:
         if times.admitted is not None:
             self._observe(QUEUE, times.admitted - times.received)
 
-    def snapshot(self) -> dict[str, dict]:
+    def snapshot(self) -> dict[str, HistogramDict]:
         with self._lock:
             return {name: h.snapshot() for name, h in self._histograms.items()}

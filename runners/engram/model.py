@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +75,9 @@ class Block(nn.Module):
 
 
 class EngramLM(nn.Module):
+    cos: torch.Tensor  # rotary tables, registered as buffers in __init__
+    sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -119,7 +123,7 @@ class EngramLM(nn.Module):
         ctx = torch.arange(span, device=pos.device)
         read = tables[:, ctx // bs] * bs + ctx % bs  # [B, span] (B = 1 for a prefill)
         first = int(pos[0])  # a prefill after a cached prefix starts past 0
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(cast("Iterable[Block]", self.blocks)):
             if i in cfg.engram_layers:
                 h = self.engrams[str(i)](h, rows_for(i))
             x = rms_norm(h, block.attn_norm)

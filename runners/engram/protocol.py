@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,12 +21,12 @@ class APIError(Exception):
     """Becomes an OpenAI error object with this HTTP status."""
 
     def __init__(self, status: int, message: str, code: str | None = "invalid_request_error",
-                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 param: str | None = None, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.param = param
-        self.headers = headers or {}
+        self.headers: Mapping[str, str] = headers or {}
 
     def body(self) -> dict:
         kind = "invalid_request_error" if self.status < 500 else "server_error"

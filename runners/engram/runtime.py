@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from runners.engram import kernel, table_file
+from runners.engram import os_io, table_file
 from runners.engram.compression import compression_map
 from runners.engram.config import ModelConfig, preset
 from runners.engram.engine import DECODE_MODES, Engine
@@ -18,6 +18,7 @@ from runners.engram.kv_blocks import BLOCK_SIZE, blocks_for
 from runners.engram.model import kv_bytes_per_token, load_model
 from runners.engram.request_log import RequestLog
 from runners.engram.serving import Serving
+from runners.engram.stats import ServerStats
 from runners.engram.table_store import (
     CACHE_STATES,
     IO_MODES,
@@ -158,9 +159,9 @@ class Runtime:
                              prefix_caching=options.prefix_caching)
         self.serving = Serving(self.engine, self.tokenizer, self.cfg.name, self.request_log)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        self._block_stat = kernel.block_stat_path(str(self.table.path))
+        self._block_stat = os_io.block_stat_path(str(self.table.path))
         self._started = time.monotonic()
-        self._kernel_at_start = (kernel.disk_read_bytes(), kernel.page_faults()[0])
+        self._kernel_at_start = (os_io.disk_read_bytes(), os_io.page_faults()[0])
 
     def _kv_pool(self, table_bytes: int) -> tuple[int, str]:
         """The KV pool's bytes and where the figure came from: --kv-pool-gb, else the device's
@@ -241,15 +242,15 @@ class Runtime:
         if self.request_log is not None:
             self.request_log.close()
 
-    def stats(self) -> dict:
+    def stats(self) -> ServerStats:
         """Every figure the server measures; /stats is this dict, /metrics renders it."""
         e = self.engine.stats
         t = self.store.counters.snapshot()
         tokens = e.prefill_tokens + e.decode_tokens
         wait = e.engram_wait_ms
-        read = kernel.disk_read_bytes()
-        major, minor = kernel.page_faults()
-        block = kernel.block_reads(self._block_stat)
+        read = os_io.disk_read_bytes()
+        major, minor = os_io.page_faults()
+        block = os_io.block_reads(self._block_stat)
         read0, major0 = self._kernel_at_start
         served = tokens or None  # per-token figures need tokens
 

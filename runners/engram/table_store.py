@@ -1,6 +1,6 @@
 """Where the Engram table lives and how a step's rows reach the compute device.
 
-Placements (DESIGN.md):
+Placements (docs/design.md):
 - `device`: the whole table in compute memory; a gather is one index_select.
 - `host`: the table in host RAM (pinned when CUDA is present); rows are gathered into a
   staging buffer and copied to the device (non-blocking, on a side stream under CUDA).
@@ -16,6 +16,7 @@ values followed by its scale bytes when the table has a scales region (two reads
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import threading
@@ -23,12 +24,14 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from typing import cast
 
 import numpy as np
 import torch
 
-from runners.engram import kernel
+from runners.engram import os_io
 from runners.engram.page_lru import PageLRU
+from runners.engram.stats import ResidencyDict, TableCountersDict
 from runners.engram.table_file import TableFile
 
 PLACEMENTS = ("device", "host", "nvme")
@@ -46,7 +49,7 @@ class TableCacheError(RuntimeError):
 
 @dataclass(slots=True)
 class TableCounters:
-    """The store's own arithmetic (`*_requested`) and clocks; kernel truth is in kernel.py."""
+    """The store's own arithmetic (`*_requested`) and clocks; kernel truth is in os_io.py."""
 
     gathers: int = 0
     rows_requested: int = 0  # every row every token asked for (duplicates included)
@@ -69,9 +72,10 @@ class TableCounters:
             for name, amount in amounts.items():
                 setattr(self, name, getattr(self, name) + amount)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> TableCountersDict:
         with self.lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+            return cast(TableCountersDict, {f.name: getattr(self, f.name) for f in fields(self)
+                                            if f.name != "lock"})
 
 
 class Gather:
@@ -125,7 +129,7 @@ class TableStore:
         raise TableCacheError(f"the table is held in memory (placement {self.placement}); "
                               "only --placement nvme has a cache to drop")
 
-    def residency(self) -> dict[str, int | None]:
+    def residency(self) -> ResidencyDict:
         """Kernel-measured residency of the table file; None where it means nothing."""
         return {"table_resident_bytes": None, "table_resident_peak_bytes": None,
                 "table_mapping_rss_bytes": None}
@@ -145,14 +149,14 @@ def read_rows(table: TableFile, pin: bool) -> torch.Tensor:
     return data
 
 
-def _read_region(f: object, offset: int, out: torch.Tensor) -> None:
+def _read_region(f: io.BufferedIOBase, offset: int, out: torch.Tensor) -> None:
     """Read a [rows, width] region of the file into `out` (a column slice of the table)."""
     region = np.empty(tuple(out.shape), dtype=np.uint8)
     flat = region.reshape(-1)
-    f.seek(offset)  # type: ignore[attr-defined]
+    f.seek(offset)
     got = 0
     while got < flat.size:
-        n = f.readinto(memoryview(flat[got:]))  # type: ignore[attr-defined]
+        n = f.readinto(flat[got:].data)  # .data: the slice's memoryview
         if not n:
             raise OSError("the table file ended early")
         got += n
@@ -191,7 +195,7 @@ class HostTable(TableStore):
                 event = torch.cuda.Event()
                 event.record(self._stream)
             rows.record_stream(torch.cuda.current_stream(self.device))  # used on the main stream
-            result = (rows, event)
+            result: Fetched = (rows, event)
         else:  # CPU compute: the copy into compute memory is a real copy all the same
             result = (staging.clone(), None)
         self.counters.add(copy_ms=(time.perf_counter() - start) * 1000)
@@ -333,8 +337,8 @@ class MmapTable(TableStore):
                 self._wake.set()
         self.counters.add(pages_requested=pages.size)
         if self._parallel:  # all missing pages asked for at once: their reads overlap
-            starts, lengths = kernel.page_ranges(new)
-            kernel.madvise_ranges(self._base, starts, lengths, kernel.MADV_WILLNEED)
+            starts, lengths = os_io.page_ranges(new)
+            os_io.madvise_ranges(self._base, starts, lengths, os_io.MADV_WILLNEED)
         rows = self._values[unique]  # else each missing page is a major fault, one at a time
         if self._scales is not None:
             rows = np.concatenate([rows, self._scales[unique]], axis=1)
@@ -368,14 +372,14 @@ class MmapTable(TableStore):
     def _drop_pages(self, pages: np.ndarray) -> None:
         """Unmap each range, then drop it from the page cache at once: the kernel keeps a
         page that is mapped, and a fault nearby maps cached neighbours again (fault-around)."""
-        starts, lengths = kernel.page_ranges(pages)
+        starts, lengths = os_io.page_ranges(pages)
         for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
-            kernel.madvise(self._base + start * PAGE, length * PAGE, kernel.MADV_DONTNEED)
+            os_io.madvise(self._base + start * PAGE, length * PAGE, os_io.MADV_DONTNEED)
             os.posix_fadvise(self._fd, start * PAGE, length * PAGE, os.POSIX_FADV_DONTNEED)
 
     def _resident_pages(self) -> np.ndarray | None:
         offset, length = self._span
-        resident = kernel.mincore(self._base + offset, length)
+        resident = os_io.mincore(self._base + offset, length)
         return None if resident is None else np.flatnonzero(resident) + offset // PAGE
 
     def _sample(self, reconcile: bool = False) -> int | None:
@@ -398,12 +402,13 @@ class MmapTable(TableStore):
             self._lru.clear()
         os.fdatasync(self._fd)  # a freshly written, dirty file is not dropped otherwise
         for _ in range(3):
-            kernel.madvise(self._base, len(self._map), kernel.MADV_DONTNEED)
+            os_io.madvise(self._base, len(self._map), os_io.MADV_DONTNEED)
             os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
             left = self._resident_pages()
             if left is None or left.size == 0:
                 return
             time.sleep(0.1)
+        assert left is not None  # the loop returns when mincore cannot tell
         if check:
             raise TableCacheError(
                 f"{left.size * PAGE / 2**20:.1f} MiB of {self.table.path} stay in the page "
@@ -422,19 +427,19 @@ class MmapTable(TableStore):
         if pages.size > keep:
             pages = pages[np.linspace(0, pages.size - 1, keep).astype(np.int64)]
         self._drop_all(check=False)
-        starts, lengths = kernel.page_ranges(pages)
-        kernel.madvise_ranges(self._base, starts, lengths, kernel.MADV_WILLNEED)  # async reads
+        starts, lengths = os_io.page_ranges(pages)
+        os_io.madvise_ranges(self._base, starts, lengths, os_io.MADV_WILLNEED)  # async reads
         with self._lock:
             self._lru.adopt(pages)
 
     def drop_cache(self) -> None:
         self._worker.submit(self._drop_all, True).result()  # between gathers, never inside one
 
-    def residency(self) -> dict[str, int | None]:
+    def residency(self) -> ResidencyDict:
         resident = self._sample()
         return {"table_resident_bytes": resident,
                 "table_resident_peak_bytes": self._peak if resident is not None else None,
-                "table_mapping_rss_bytes": kernel.mapping_rss_bytes(self._base)}
+                "table_mapping_rss_bytes": os_io.mapping_rss_bytes(self._base)}
 
     def close(self) -> None:
         self._closed = True

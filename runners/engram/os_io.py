@@ -1,4 +1,5 @@
-"""What the kernel says about this process and its table file: the ground truth for I/O.
+"""What the operating system says about this process and its table file: the ground truth
+for I/O, and the calls (madvise, mincore) that steer the page cache.
 
 - disk bytes read: `/proc/self/io` `read_bytes` (every thread of the process, O_DIRECT and
   page-fault reads alike, counted where the block layer submits them);
