@@ -92,9 +92,10 @@ def summarise(
         "output_tokens": run["output_tokens"],
         "targets": cast(TargetsDict, asdict(targets)), "statistic": targets.statistic,
         "judged": _judged(targets.statistic), "levels": levels,
-        "turns": turns if len(turns) > 1 else None, "warnings": warnings,
     }
     summary.update(found)
+    summary["turns"] = turns if len(turns) > 1 else None
+    summary["warnings"] = warnings
     return summary
 
 
