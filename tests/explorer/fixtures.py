@@ -16,6 +16,7 @@ import json
 import random
 from pathlib import Path
 
+from harness.config import RunConfig, StoredRun
 from harness.records import RequestRecord
 from harness.results.server_metrics import MetricRow
 from harness.results.store import Store
@@ -28,6 +29,12 @@ PROFILES = {
     "nvme": {1: (230, 33.0), 2: (330, 24.0), 3: (420, 19.0), 4: (520, 18.5), 8: (900, 12.0)},
 }
 PROBES = {"mem": (), "nvme": (3,)}  # levels the Max C search added after the sweep
+
+
+def stored(**knobs) -> str:
+    """runs.config as a real run stores it: its knobs, and prompts calibrated to 118 words."""
+    config = RunConfig(url="http://127.0.0.1:8000/v1", model="qwen-mini", **knobs)
+    return StoredRun(config, prompt_words=118).to_json()
 
 
 # Table pages each nvme level read from disk (of 16 requested per token)
@@ -212,8 +219,8 @@ def add_rate_run(store: Store) -> str:
         "table_placement": "device", "target_url": "http://127.0.0.1:8000/v1", "api": "chat",
         "mode": "rate", "levels": [], "rounds": 1, "input_tokens": 128, "output_tokens": 128,
         "measured_input_tokens": 128, "label": "fixture rate",
-        "config": json.dumps({"prompt_words": 118, "rates": list(RATES),
-                              "duration": RATE_DURATION_S, "arrival": "constant"}),
+        "config": stored(mode="rate", levels=(), rates=RATES, duration_s=RATE_DURATION_S,
+                         arrival="constant"),
     })
     store.write_requests(RATE_RUN, rate_records())
     store.finish_run(RATE_RUN, "complete")
@@ -334,8 +341,8 @@ def add_users_runs(store: Store) -> dict[str, str]:
     store.create_run(USERS_RUN, {
         **USERS_SETUP, "mode": "users", "levels": list(USERS_LEVELS), "rounds": USERS_REQUESTS,
         "label": "fixture users",
-        "config": json.dumps({"prompt_words": 118, "profile": "chat", "duty_cycle": 0.25,
-                              "think_s": None, "turns": 1})})
+        "config": stored(mode="users", levels=USERS_LEVELS, rounds=USERS_REQUESTS,
+                         profile="chat")})
     store.write_requests(USERS_RUN, users_records())
     store.finish_run(USERS_RUN, "complete")
     store.create_run(TURNS_RUN, {
@@ -344,8 +351,7 @@ def add_users_runs(store: Store) -> dict[str, str]:
         "mode": "closed", "levels": list(TURN_LEVELS), "rounds": CONVERSATIONS * TURNS,
         "input_tokens": 128, "output_tokens": 128, "measured_input_tokens": turn_prompt(2),
         "label": "fixture turns",
-        "config": json.dumps({"prompt_words": 118, "profile": "", "duty_cycle": None,
-                              "think_s": None, "turns": TURNS})})
+        "config": stored(levels=TURN_LEVELS, rounds=CONVERSATIONS * TURNS, turns=TURNS)})
     store.write_requests(TURNS_RUN, turns_records())
     store.finish_run(TURNS_RUN, "complete")
     return {"paired": PAIRED_RUN, "users": USERS_RUN, "turns": TURNS_RUN}

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from explorer import charts, data
 from harness.records import RequestRecord
 from harness.results.store import Store
-from tests.explorer.test_pages import app
+from tests.explorer.apptest import app
 
 T0 = 1_790_000_000.0
 LEVELS = (1, 2, 4)

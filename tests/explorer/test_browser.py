@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, free_port, wait_for_port
 from tests.explorer import fixtures
+from tests.explorer.apptest import RUNS_FIRST
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -113,7 +114,6 @@ PAGES = {"": ("Runs", 1, 0), "run": ("Run", 2, 5), "compare": ("Compare", 2, 4),
          "capacity": ("Capacity", 1, 0), "sizing": ("Sizing", 0, 1),
          "reference": ("Published reference", 1, 2)}
 RUNS_TABLE = {"": 0, "compare": 1, "capacity": 0, "reference": 0}  # which table lists runs
-RUNS_FIRST = ["Max C", "chat users", "agentic users", "run"]
 
 
 def headers(table) -> list[str]:

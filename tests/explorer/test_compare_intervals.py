@@ -8,7 +8,7 @@ import pandas as pd
 from explorer import data
 from harness.records import RequestRecord
 from harness.results.store import Store
-from tests.explorer.test_pages import app
+from tests.explorer.apptest import app
 
 T0 = 1_790_000_000.0
 LEVELS = (1, 2)

@@ -2,20 +2,12 @@
 step-time breakdown and its chart."""
 
 import math
-from pathlib import Path
 
 import pytest
 
 from explorer import charts, data
 from harness.results.store import Store
 from tests.explorer import fixtures
-
-
-@pytest.fixture(scope="module")
-def fixture_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("counters") / "bench.duckdb"
-    fixtures.build(path)
-    return path
 
 
 def test_fixture_levels_give_the_figures_of_their_deltas(fixture_db):

@@ -6,7 +6,7 @@ import time
 
 from harness.results.store import Store
 from tests.conftest import ROOT
-from tests.explorer.test_pages import app
+from tests.explorer.apptest import app
 
 
 def test_pages_render_while_a_bench_writes(monkeypatch, mock_process, tmp_path):

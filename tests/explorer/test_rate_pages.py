@@ -9,8 +9,9 @@ import pytest
 
 from explorer import charts, rate
 from harness.results.metrics import Targets
+from harness.results.verdicts import USERS_NEED_C, rate_verdict
 from tests.explorer import fixtures
-from tests.explorer.test_pages import app, assert_human, assert_runs_table, config, metrics
+from tests.explorer.apptest import app, assert_human, assert_runs_table, config, metrics
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_run_page_shows_the_sustainable_rate_against_rate(monkeypatch, rate_db):
     assert shown["worst p99 send lag (ms)"] == "15.00"
     assert "Max C" not in shown and "chat users" not in shown
     assert at.subheader[0].value == "sustainable 2 req/s (4 req/s fails)"
-    assert any("need" in c.value and "concurrency" in c.value for c in at.caption)
+    assert any(USERS_NEED_C in c.value for c in at.caption)  # the summary's own sentence
     warnings = [w.value for w in at.warning]
     assert any(w.startswith("R=4 req/s: p99 send lag 15.0 ms > 10 ms") for w in warnings)
 
@@ -88,13 +89,13 @@ def levels_frame(rows: list[tuple[float, float, float, float | None]]) -> pd.Dat
 def test_rate_verdicts():
     targets = Targets()
     cap = rate.capacity(levels_frame([(1, 300, 30, 0.5), (2, 400, 25, 1.0)]), targets)
-    assert rate.verdict(cap) == "sustainable 2 req/s (lower bound: no higher rate tested)"
+    assert rate_verdict(cap) == "sustainable 2 req/s (lower bound: no higher rate tested)"
     cap = rate.capacity(levels_frame([(1, 1300, 30, 0.5), (2, 400, 25, 1.0)]), targets)
-    assert rate.verdict(cap) == "sustainable 2 req/s (lower bound: no higher rate tested; " \
+    assert rate_verdict(cap) == "sustainable 2 req/s (lower bound: no higher rate tested; " \
                                 "1 req/s fails below it)"
     cap = rate.capacity(levels_frame([(1, 1300, 30, None)]), targets)
-    assert rate.verdict(cap) == "sustainable 0 req/s (no rate meets the targets)"
-    assert rate.verdict(rate.capacity(levels_frame([]).reindex(
+    assert rate_verdict(cap) == "sustainable 0 req/s (no rate meets the targets)"
+    assert rate_verdict(rate.capacity(levels_frame([]).reindex(
         columns=["run_id", "rate"]), targets)) == "no rate levels to judge"
     assert rate.rate_table(pd.DataFrame(), targets).empty
     assert rate.lag_warning(None) is None and rate.lag_warning(9.9) is None

@@ -3,7 +3,6 @@ has them, run `nvme` has none."""
 
 import base64
 import json
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -11,16 +10,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.explorer import fixtures
-from tests.explorer.test_pages import app
+from tests.explorer.apptest import app
 
 OFFLOAD = "offload: vllm:kv_offload_total_bytes{transfer_type=GPU_to_CPU}"
-
-
-@pytest.fixture(scope="module")
-def fixture_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("explorer") / "bench.duckdb"
-    fixtures.build(path)
-    return path
 
 
 def traces(at: AppTest, index: int = -1) -> dict[str, list[float]]:

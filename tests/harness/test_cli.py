@@ -14,7 +14,6 @@ import pytest
 from harness.results.store import Store
 from tests.conftest import ROOT, free_port, run_cli
 
-SHARED_RUNS = ROOT.parent / "shared" / "reference" / "published_runs.csv"
 BUNDLED_RUNS = ROOT / "results" / "reference" / "published_runs.csv"
 
 
@@ -53,11 +52,8 @@ def test_run_json_records_every_request_and_matches_server_timing(mock_process, 
     assert max(tps_err) <= 0.05, tps_err
 
 
-@pytest.mark.parametrize("path", [SHARED_RUNS, BUNDLED_RUNS])
-def test_capacity_csv_reproduces_published_figures(path):
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    proc = run_cli("capacity", "--csv", str(path), "--json")
+def test_capacity_csv_reproduces_published_figures():
+    proc = run_cli("capacity", "--csv", str(BUNDLED_RUNS), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     with open(ROOT / "results" / "reference" / "published_capacity.csv") as f:

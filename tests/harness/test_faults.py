@@ -2,24 +2,10 @@
 
 import pytest
 
-from harness.config import RunConfig
 from harness.records import ERROR_KINDS
 from harness.results.metrics import Targets, capacity, point, stats_by_level
-from harness.results.store import Store
-from harness.run import aio
-from harness.run.progress import LevelProgress
-from harness.run.session import execute, new_run_id
-from harness.wire.endpoint import Endpoint
 
-
-def sweep(server, tmp_path, **overrides):
-    config = RunConfig(url=server.url, model="", levels=(1, 2), rounds=2, output_tokens=16,
-                       input_tokens=32, **overrides)
-    store = Store(tmp_path / "bench.duckdb")
-    store.initialise()
-    progress = LevelProgress(enabled=False)
-    result = aio.run(execute(config, Endpoint(config.url), store, progress, new_run_id()))
-    return store, store.run(result.run_id), store.requests(result.run_id)
+SMALL = {"levels": (1, 2), "rounds": 2, "output_tokens": 16, "input_tokens": 32}
 
 
 FAULTS = [
@@ -34,9 +20,9 @@ FAULTS = [
 
 
 @pytest.mark.parametrize(("fault", "kind", "status", "message"), FAULTS)
-def test_fault_is_stored_and_sweep_goes_on(mock_server, tmp_path, fault, kind, status, message):
-    mock_server.configure(fault=fault, fault_match="-c2-r1-w0", stall_s=30)
-    _, run, records = sweep(mock_server, tmp_path)
+def test_fault_is_stored_and_sweep_goes_on(sweep, fault, kind, status, message):
+    swept = sweep({"fault": fault, "fault_match": "-c2-r1-w0", "stall_s": 30}, **SMALL)
+    run, records = swept.run, swept.records
     assert run["status"] == "complete"
     assert len(records) == 1 * 2 + 2 * 2
     failed = [r for r in records if not r.ok]
@@ -53,9 +39,10 @@ def test_fault_is_stored_and_sweep_goes_on(mock_server, tmp_path, fault, kind, s
     assert "1 failed request(s)" in cap.levels[1].reason
 
 
-def test_stall_past_the_request_timeout(mock_server, tmp_path):
-    mock_server.configure(fault="stall", fault_match="-c1-r0-", stall_s=30)
-    _, run, records = sweep(mock_server, tmp_path, request_timeout_s=0.5)
+def test_stall_past_the_request_timeout(sweep):
+    swept = sweep({"fault": "stall", "fault_match": "-c1-r0-", "stall_s": 30}, **SMALL,
+                  request_timeout_s=0.5)
+    run, records = swept.run, swept.records
     bad = [r for r in records if not r.ok]
     assert [(b.error_kind, b.concurrency, b.round) for b in bad] == [("request_timeout", 1, 0)]
     assert bad[0].latency_ms == pytest.approx(500, abs=100)
@@ -63,30 +50,30 @@ def test_stall_past_the_request_timeout(mock_server, tmp_path):
     assert run["status"] == "complete" and len(records) == 6
 
 
-def test_no_usage_counts_chunks_and_flags_estimate(mock_server, tmp_path):
-    mock_server.configure(usage=False, tokens_per_chunk=1)
-    _, _, records = sweep(mock_server, tmp_path)
+def test_no_usage_counts_chunks_and_flags_estimate(sweep):
+    records = sweep({"usage": False, "tokens_per_chunk": 1}, **SMALL).records
     assert all(r.output_tokens == 16 and r.output_tokens_estimated for r in records)
     assert all(r.input_tokens is None for r in records)
 
 
-def test_several_tokens_per_chunk_use_usage_not_chunks(mock_server, tmp_path):
-    mock_server.configure(tokens_per_chunk=4, reasoning_tokens=4, keepalive_comments=True)
-    _, run, records = sweep(mock_server, tmp_path)
+def test_several_tokens_per_chunk_use_usage_not_chunks(sweep):
+    swept = sweep({"tokens_per_chunk": 4, "reasoning_tokens": 4, "keepalive_comments": True},
+                  **SMALL)
+    run, records = swept.run, swept.records
     assert all(r.chunks == 4 and r.output_tokens == 16 for r in records)
     assert not any(r.output_tokens_estimated for r in records)
     assert all(r.ttft_ms is not None and r.ttft_ms >= 5 for r in records)
     assert run["measured_input_tokens"] == pytest.approx(32, rel=0.05)
 
 
-def test_completions_endpoint(mock_server, tmp_path):
-    _, _, records = sweep(mock_server, tmp_path, api="completions", mode="burst")
+def test_completions_endpoint(sweep):
+    records = sweep(**SMALL, api="completions", mode="burst").records
     assert len(records) == 6 and all(r.ok and r.output_tokens == 16 for r in records)
     assert {r.finish_reason for r in records} == {"length"}
 
 
-def test_server_stats_are_stored_per_level(mock_server, tmp_path):
-    store, run, _ = sweep(mock_server, tmp_path)
-    stats = store.server_stats(run["run_id"])
+def test_server_stats_are_stored_per_level(sweep):
+    swept = sweep(**SMALL)
+    stats = swept.store.server_stats(swept.run_id)
     assert [s["concurrency"] for s in stats] == [1, 2]
     assert stats[1]["after"]["tokens"] - stats[1]["before"]["tokens"] == 2 * 2 * 16

@@ -8,15 +8,11 @@ import duckdb
 import pytest
 
 from harness.config import ConfigError, RunConfig
-from harness.mock_server import MockConfig, ThreadedMockServer
+from harness.mock_server import MockConfig
 from harness.records import RequestRecord
 from harness.results.metrics import Targets, rate_capacity, stats_by_level
 from harness.results.store import Store
-from harness.run import aio
 from harness.run.arrivals import schedule
-from harness.run.progress import LevelProgress
-from harness.run.session import execute
-from harness.wire.endpoint import Endpoint
 from tests.conftest import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"  # never reached: these runs stop before the target
@@ -26,19 +22,16 @@ def _gaps(times):
     return [b - a for a, b in itertools.pairwise(times)]
 
 
-def _rate_run(tmp_path, url, rates, arrival="constant", seed=0, name="r.duckdb",
+def _rate_run(sweep, mock, rates, arrival="constant", seed=0, name="r.duckdb",
               run_id="20261129-000000-4a7e"):
-    store = Store(tmp_path / name)
-    store.initialise()
-    config = RunConfig(url=url, model="", levels=(), mode="rate", rates=rates, arrival=arrival,
-                       duration_s=1.0, seed=seed, output_tokens=8, server_metrics=False)
-    aio.run(execute(config, Endpoint(url), store, LevelProgress(enabled=False), run_id))
-    return store, run_id
+    swept = sweep(mock, levels=(), mode="rate", rates=rates, arrival=arrival, duration_s=1.0,
+                  seed=seed, output_tokens=8, server_metrics=False, db=name, run_id=run_id)
+    return swept.store, swept.run_id
 
 
-def test_a_rate_run_sends_open_loop_and_stores_both_send_times(tmp_path, mock_server):
-    mock_server.configure(ttft_ms=200)  # each request outlives the 50 ms gap at 20 req/s
-    store, run_id = _rate_run(tmp_path, mock_server.url, (5.0, 20.0))
+def test_a_rate_run_sends_open_loop_and_stores_both_send_times(sweep):
+    # each request outlives the 50 ms gap at 20 req/s
+    store, run_id = _rate_run(sweep, {"ttft_ms": 200}, (5.0, 20.0))
     records = store.requests(run_id)
     by_rate = {rate: [r for r in records if r.rate == rate] for rate in (5.0, 20.0)}
     assert {rate: len(rs) for rate, rs in by_rate.items()} == {5.0: 5, 20.0: 20}
@@ -53,9 +46,9 @@ def test_a_rate_run_sends_open_loop_and_stores_both_send_times(tmp_path, mock_se
     assert view[20.0]["p99_send_lag_ms"] == pytest.approx(stats[20.0].p99_send_lag_ms, abs=0.01)
 
 
-def test_poisson_arrivals_with_a_seed_repeat_the_same_schedule(tmp_path, mock_server):
+def test_poisson_arrivals_with_a_seed_repeat_the_same_schedule(sweep, mock_server):
     def gaps(seed, name):
-        store, run_id = _rate_run(tmp_path, mock_server.url, (10.0,), "poisson", seed, name)
+        store, run_id = _rate_run(sweep, mock_server, (10.0,), "poisson", seed, name)
         scheduled = sorted(r.scheduled_at for r in store.requests(run_id))
         return _gaps(scheduled)
 
@@ -66,14 +59,14 @@ def test_poisson_arrivals_with_a_seed_repeat_the_same_schedule(tmp_path, mock_se
     assert len(other) != len(first) or other != pytest.approx(first, abs=2e-6)
 
 
-def test_capacity_is_the_highest_rate_that_meets_the_targets(tmp_path):
+def test_capacity_is_the_highest_rate_that_meets_the_targets(tmp_path, start_mock):
     db = tmp_path / "cap.duckdb"
     # 20 ms between tokens x requests in flight: 2 req/s keeps ~1 in flight (~50 tok/s),
     # 20 req/s piles them up until each crawls below the 20 tok/s target
-    with ThreadedMockServer(MockConfig(ttft_ms=2, itl_ms=20, shared_decode=True)) as server:
-        proc = run_cli("run", "--url", server.url, "--mode", "rate", "--rates", "2,20",
-                       "--arrival", "constant", "--duration", "1", "--output-tokens", "8",
-                       "--no-server-metrics", "--no-progress", "--db", str(db), "--json")
+    server = start_mock(MockConfig(ttft_ms=2, itl_ms=20, shared_decode=True))
+    proc = run_cli("run", "--url", server.url, "--mode", "rate", "--rates", "2,20",
+                   "--arrival", "constant", "--duration", "1", "--output-tokens", "8",
+                   "--no-server-metrics", "--no-progress", "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["max_rate"] == 2 and out["max_c"] is None and out["chat_users"] is None
@@ -167,14 +160,13 @@ def test_a_database_from_before_rate_mode_is_migrated_when_opened(tmp_path):
         (0, 2.0), (1, None)]
 
 
-def test_a_resume_runs_only_the_rates_not_yet_stored(tmp_path, mock_server):
-    store, run_id = _rate_run(tmp_path, mock_server.url, (5.0, 20.0))
+def test_a_resume_runs_only_the_rates_not_yet_stored(sweep, mock_server):
+    store, run_id = _rate_run(sweep, mock_server, (5.0, 20.0))
     with duckdb.connect(str(store.path)) as con:  # as if killed during the 20 req/s level
         con.execute("DELETE FROM requests WHERE rate = 20")
     store.update_run(run_id, status="aborted")
     config = RunConfig.from_json_dict(json.loads(store.run(run_id)["config"]))
-    aio.run(execute(config, Endpoint(mock_server.url), store, LevelProgress(enabled=False),
-                    run_id, resume=True))
+    sweep(mock_server, config=config, store=store, run_id=run_id, resume=True)
     records = store.requests(run_id)
     assert Counter(r.rate for r in records) == {5.0: 5, 20.0: 20}
     assert len({r.request_id for r in records}) == 25

@@ -10,21 +10,16 @@ from harness.records import RequestRecord
 from harness.results.metrics import Targets
 from harness.results.report import level_intervals, repeat_agreement
 from harness.results.store import Store
-from harness.run import aio
-from harness.run.progress import LevelProgress
-from harness.run.session import execute
-from harness.wire.endpoint import Endpoint
 from tests.conftest import run_cli
 
 RUN_ID = "20261129-000000-4e9e"
 
 
-def _run(store: Store, url: str, resume: bool = False, server_metrics: bool = False,
-         **knobs):
-    config = RunConfig(url=url, model="", levels=(1, 2), rounds=2, mode="closed",
-                       output_tokens=4, server_metrics=server_metrics, repeat=3, **knobs)
-    return aio.run(execute(config, Endpoint(url), store, LevelProgress(enabled=False), RUN_ID,
-                           resume=resume))
+def _run(sweep, mock=None, store: Store | None = None, resume: bool = False,
+         server_metrics: bool = False):
+    return sweep(mock, levels=(1, 2), rounds=2, mode="closed", output_tokens=4,
+                 server_metrics=server_metrics, repeat=3, db="r.duckdb", store=store,
+                 run_id=RUN_ID, resume=resume)
 
 
 def _rows(store: Store) -> list[tuple]:
@@ -34,10 +29,8 @@ def _rows(store: Store) -> list[tuple]:
             "FROM requests WHERE run_id = ? ORDER BY sent_at", [RUN_ID]).fetchall()
 
 
-def test_repeats_are_stored_interleaved_per_level(mock_server, tmp_path):
-    store = Store(tmp_path / "r.duckdb")
-    store.initialise()
-    _run(store, mock_server.url)
+def test_repeats_are_stored_interleaved_per_level(sweep):
+    store = _run(sweep).store
     rows = _rows(store)
     assert len(rows) == (1 + 2) * 2 * 3
     assert len({r[4] for r in rows}) == len(rows)  # request ids stay unique
@@ -51,12 +44,9 @@ def test_repeats_are_stored_interleaved_per_level(mock_server, tmp_path):
                                           for r in range(2)}
 
 
-def test_every_pass_of_a_level_keeps_the_servers_figures(mock_server, tmp_path):
+def test_every_pass_of_a_level_keeps_the_servers_figures(sweep):
     """The target's /metrics and /stats are stored per pass, not overwritten by the last."""
-    mock_server.configure(metrics=True)
-    store = Store(tmp_path / "r.duckdb")
-    store.initialise()
-    _run(store, mock_server.url, server_metrics=True)
+    store = _run(sweep, {"metrics": True}, server_metrics=True).store
     passes = {(r["concurrency"], r["repeat"]) for r in store.server_metrics(RUN_ID)}
     assert passes == {(c, p) for c in (1, 2) for p in range(3)}
     requests = {(r["concurrency"], r["repeat"]): r["value"] for r in store.server_metrics(RUN_ID)
@@ -64,10 +54,9 @@ def test_every_pass_of_a_level_keeps_the_servers_figures(mock_server, tmp_path):
     assert requests == {(c, p): 2 * c for c in (1, 2) for p in range(3)}  # rounds x C each
 
 
-def test_resume_runs_only_the_missing_level_repeat_rounds(mock_server, tmp_path):
-    store = Store(tmp_path / "r.duckdb")
-    store.initialise()
-    _run(store, mock_server.url)
+def test_resume_runs_only_the_missing_level_repeat_rounds(sweep):
+    first = _run(sweep)
+    store = first.store
     before = {r[4]: r[5] for r in _rows(store)}
     missing = {(2, 1, 0), (2, 2, 1), (1, 0, 1)}
     with duckdb.connect(str(store.path)) as con:
@@ -75,7 +64,7 @@ def test_resume_runs_only_the_missing_level_repeat_rounds(mock_server, tmp_path)
             con.execute("DELETE FROM requests WHERE run_id = ? AND concurrency = ? AND "
                         "repeat = ? AND round = ?", [RUN_ID, c, p, r])
     store.finish_run(RUN_ID, "aborted", "test")
-    _run(store, mock_server.url, resume=True)
+    _run(sweep, first.server, store, resume=True)
     after = _rows(store)
     assert len(after) == len(before)  # nothing twice
     rerun = {(c, p, r) for c, p, r, _, rid, sent in after if before[rid] != sent}

@@ -6,14 +6,9 @@ import subprocess
 import pytest
 
 from harness.config import ConfigError, RunConfig
-from harness.mock_server import MockConfig, ThreadedMockServer
+from harness.mock_server import MockConfig
 from harness.results.metrics import Targets
 from harness.results.report import search_plan
-from harness.results.store import Store
-from harness.run import aio
-from harness.run.progress import LevelProgress
-from harness.run.session import execute
-from harness.wire.endpoint import Endpoint
 from tests.conftest import ROOT, run_cli
 
 # 8 tokens, 20 ms between tokens x requests in flight: TPS(C) ~ 8 / (0.14 C), so at 10.4 tok/s
@@ -22,21 +17,15 @@ SLOWING = MockConfig(ttft_ms=2, itl_ms=20, shared_decode=True)
 TARGETS = Targets(tps_min=10.4)
 
 
-def _search(tmp_path, levels, max_concurrency=256):
-    store = Store(tmp_path / "s.duckdb")
-    store.initialise()
-    with ThreadedMockServer(SLOWING) as server:
-        config = RunConfig(url=server.url, model="", levels=levels, rounds=1, mode="burst",
-                           output_tokens=8, search=True, max_concurrency=max_concurrency,
-                           server_metrics=False)
-        result = aio.run(execute(config, Endpoint(server.url), store,
-                                 LevelProgress(enabled=False), "20261129-000000-5ea7",
-                                 targets=TARGETS))
-    return store, result, config
+def _search(sweep, levels, max_concurrency=256):
+    swept = sweep(SLOWING, levels=levels, rounds=1, mode="burst", output_tokens=8, search=True,
+                  max_concurrency=max_concurrency, server_metrics=False, db="s.duckdb",
+                  run_id="20261129-000000-5ea7", targets=TARGETS)
+    return swept.store, swept.result, swept.config
 
 
-def test_bisection_finds_max_c_between_the_tested_levels(tmp_path):
-    store, result, config = _search(tmp_path, (1, 2, 4, 8))
+def test_bisection_finds_max_c_between_the_tested_levels(sweep):
+    store, result, config = _search(sweep, (1, 2, 4, 8))
     assert store.probes(result.run_id) == [6, 5]  # 4 passes, 8 fails: 6 fails, 5 passes
     found = search_plan(store, result.run_id, config, TARGETS)
     assert (found.max_c, found.exact) == (5, True)
@@ -45,14 +34,14 @@ def test_bisection_finds_max_c_between_the_tested_levels(tmp_path):
     assert levels == {1: False, 2: False, 4: False, 5: True, 6: True, 8: False}
 
 
-def test_every_level_passing_doubles_until_one_fails(tmp_path):
-    store, result, config = _search(tmp_path, (1, 2))
+def test_every_level_passing_doubles_until_one_fails(sweep):
+    store, result, config = _search(sweep, (1, 2))
     assert store.probes(result.run_id)[:2] == [4, 8]  # doubled from 2; 8 fails
     assert search_plan(store, result.run_id, config, TARGETS).max_c == 5
 
 
-def test_the_cap_ends_the_search_with_a_lower_bound(tmp_path):
-    store, result, config = _search(tmp_path, (1, 2), max_concurrency=3)
+def test_the_cap_ends_the_search_with_a_lower_bound(sweep):
+    store, result, config = _search(sweep, (1, 2), max_concurrency=3)
     assert store.probes(result.run_id) == [3]
     found = search_plan(store, result.run_id, config, TARGETS)
     assert (found.max_c, found.lower_bound) == (3, True)
@@ -63,13 +52,13 @@ def test_a_cap_below_the_highest_level_is_refused():
         RunConfig(url="http://127.0.0.1:1/v1", model="m", levels=(1, 8), max_concurrency=4)
 
 
-def test_run_and_summary_say_how_max_c_was_found(tmp_path):
+def test_run_and_summary_say_how_max_c_was_found(tmp_path, start_mock):
     db = tmp_path / "cli.duckdb"
-    with ThreadedMockServer(SLOWING) as server:
-        proc = run_cli("run", "--url", server.url, "--levels", "1,2,4,8", "--rounds", "1",
-                       "--mode", "burst", "--output-tokens", "8", "--tps-min", "10.4",
-                       "--search", "--no-server-metrics", "--no-progress", "--db", str(db),
-                       "--json")
+    server = start_mock(SLOWING)
+    proc = run_cli("run", "--url", server.url, "--levels", "1,2,4,8", "--rounds", "1",
+                   "--mode", "burst", "--output-tokens", "8", "--tps-min", "10.4",
+                   "--search", "--no-server-metrics", "--no-progress", "--db", str(db),
+                   "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["max_c"] == 5 and out["max_c_search"]["exact"] is True

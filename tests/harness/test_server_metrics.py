@@ -456,15 +456,15 @@ def test_a_target_without_metrics_records_nothing_and_says_so_once(mock_server, 
     assert stored(db) == []
 
 
-def test_a_run_against_a_server_with_metrics_stores_them_per_level(tmp_path):
+def test_a_run_against_a_server_with_metrics_stores_them_per_level(tmp_path, start_mock):
     """The fake server's vLLM-named /metrics, scraped during a real run: the TTFT histogram's
     count grows by exactly the level's requests (warm-up and calibration left out)."""
-    with ThreadedMockServer(MockConfig(ttft_ms=20, itl_ms=1, metrics=True)) as server:
-        db = tmp_path / "m.duckdb"
-        proc = run_cli("run", "--url", server.url, "--levels", "1,2", "--rounds", "2",
-                       "--output-tokens", "8", "--warmup", "2", "--no-progress", "--db",
-                       str(db), "--json")
-        assert proc.returncode == 0, proc.stderr
+    server = start_mock(MockConfig(ttft_ms=20, itl_ms=1, metrics=True))
+    db = tmp_path / "m.duckdb"
+    proc = run_cli("run", "--url", server.url, "--levels", "1,2", "--rounds", "2",
+                   "--output-tokens", "8", "--warmup", "2", "--no-progress", "--db",
+                   str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout)["run_id"]
     rows = Store(db).server_metrics(run_id)
     counts = {r["concurrency"]: r["value"] for r in rows

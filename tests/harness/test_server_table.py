@@ -2,14 +2,9 @@
 
 import json
 
-from harness.config import RunConfig
 from harness.results.report import describe_server_table, server_table
-from harness.results.store import Store
-from harness.run import aio
 from harness.run.progress import LevelProgress
-from harness.run.session import execute, new_run_id
 from harness.wire import target
-from harness.wire.endpoint import Endpoint
 
 NVME = {"table_bytes": 2 * 2**30, "placement": "nvme", "io_mode": "mmap",
         "table_budget_bytes": int(343.5 * 2**20), "cache_ratio": 0.168, "cache_state": "cold",
@@ -37,25 +32,18 @@ def test_counters_and_odd_types_are_not_table_facts():
     assert server_table({"placement": "nvme", "cache_ratio": "high"}) == {"placement": "nvme"}
 
 
-def test_the_table_is_stored_with_the_run_and_printed(mock_server, tmp_path, monkeypatch, capsys):
+def test_the_table_is_stored_with_the_run_and_printed(sweep, monkeypatch, capsys):
     async def stats(endpoint):
         return dict(NVME)
 
     monkeypatch.setattr(target, "fetch_stats", stats)
-    config = RunConfig(url=mock_server.url, model="", levels=(1,), rounds=1, output_tokens=4)
-    store = Store(tmp_path / "bench.duckdb")
-    store.initialise()
-    result = aio.run(execute(config, Endpoint(config.url), store, LevelProgress(), new_run_id()))
-    stored = json.loads(store.run(result.run_id)["config"])
+    swept = sweep(levels=(1,), rounds=1, output_tokens=4, progress=LevelProgress())
+    stored = json.loads(swept.run["config"])
     assert stored["server"] == server_table(NVME)
     printed = " ".join(capsys.readouterr().err.split())  # rich wraps lines off a terminal
     assert describe_server_table(server_table(NVME)) in printed
 
 
-def test_a_server_without_table_stats_stores_none(mock_server, tmp_path):
-    config = RunConfig(url=mock_server.url, model="", levels=(1,), rounds=1, output_tokens=4)
-    store = Store(tmp_path / "bench.duckdb")
-    store.initialise()
-    progress = LevelProgress(enabled=False)
-    result = aio.run(execute(config, Endpoint(config.url), store, progress, new_run_id()))
-    assert "server" not in json.loads(store.run(result.run_id)["config"])
+def test_a_server_without_table_stats_stores_none(sweep):
+    swept = sweep(levels=(1,), rounds=1, output_tokens=4)
+    assert "server" not in json.loads(swept.run["config"])

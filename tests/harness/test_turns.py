@@ -7,12 +7,9 @@ import pytest
 
 from harness.config import RunConfig
 from harness.results.store import Store
-from harness.run import aio
-from harness.run.progress import LevelProgress
-from harness.run.session import _todo, execute
+from harness.run.session import _todo
 from harness.run.workload import payload
 from harness.wire.completion_stream import CompletionStream
-from harness.wire.endpoint import Endpoint
 from tests.conftest import run_cli
 
 
@@ -65,23 +62,18 @@ def test_turns_grow_the_context_and_store_the_cached_tokens(tmp_path, mock_serve
     assert [(r["turn"], r["requests"]) for r in rows] == [(1, 4), (2, 4), (3, 4)]
 
 
-def test_a_resume_runs_a_begun_conversation_again_from_its_first_turn(tmp_path, mock_server):
+def test_a_resume_runs_a_begun_conversation_again_from_its_first_turn(sweep):
     assert _todo(RunConfig(url="u", model="m", turns=3, rounds=7), [4, 6]) == [3, 4, 5, 6]
     assert _todo(RunConfig(url="u", model="m", rounds=7), [4, 6]) == [4, 6]
-    store = Store(tmp_path / "r.duckdb")
-    store.initialise()
-    config = RunConfig(url=mock_server.url, model="", levels=(1,), rounds=6, turns=3,
-                       input_tokens=16, output_tokens=4, server_metrics=False)
-    run_id = "20261129-000000-7u4n"
-    aio.run(execute(config, Endpoint(mock_server.url), store, LevelProgress(enabled=False),
-                    run_id))
-    before = {r.round: r for r in store.requests(run_id)}
-    with store._connect() as con:  # a run killed during turn 2 of its second conversation
+    first = sweep(levels=(1,), rounds=6, turns=3, input_tokens=16, output_tokens=4,
+                  server_metrics=False, db="r.duckdb", run_id="20261129-000000-7u4n")
+    before = {r.round: r for r in first.records}
+    with first.store._connect() as con:  # a run killed during turn 2 of its second conversation
         con.execute("DELETE FROM requests WHERE round = 5")
         con.execute("UPDATE runs SET status = 'aborted'")
-    aio.run(execute(config, Endpoint(mock_server.url), store, LevelProgress(enabled=False),
-                    run_id, resume=True))
-    after = {r.round: r for r in store.requests(run_id)}
+    again = sweep(first.server, config=first.config, store=first.store, run_id=first.run_id,
+                  resume=True)
+    after = {r.round: r for r in again.records}
     assert sorted(after) == list(range(6))
     assert after[0].sent_at == before[0].sent_at  # the whole first conversation is kept
     assert after[3].sent_at > before[4].sent_at  # the second ran again from turn 1

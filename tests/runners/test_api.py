@@ -1,52 +1,15 @@
 """The bundled server over HTTP (tiny preset, small table): OpenAI client, errors, stats."""
 
-import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from runners.engram import kernel
-from runners.engram.api import create_app
-from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
-from tests.conftest import free_port
-
-
-class LiveServer:
-    def __init__(self, runtime: Runtime, api_key: str | None = None) -> None:
-        self.runtime = runtime
-        self.port = free_port()
-        config = uvicorn.Config(create_app(runtime, api_key), host="127.0.0.1", port=self.port,
-                                log_level="error")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.runtime.start()
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.runtime.close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-def options(tmp_path, **kw) -> ServerOptions:
-    base = dict(preset="tiny", table_gib=0.004, results_dir=tmp_path, max_running=2,
-                max_waiting=2)
-    return ServerOptions(**{**base, **kw})
+from runners.engram import os_io
+from runners.engram.runtime import Runtime, ServerConfigError
+from tests.runners.fixtures import LiveServer, options
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +81,9 @@ def test_unavailable_kernel_counters_are_null_not_zero(tmp_path, monkeypatch):
     runtime = Runtime(options(tmp_path, placement="nvme"))
     runtime.start()
     try:
-        monkeypatch.setattr(kernel, "PROC_IO", str(tmp_path / "no-proc-io"))
-        monkeypatch.setattr(kernel, "PROC_SMAPS", str(tmp_path / "no-smaps"))
-        monkeypatch.setattr(kernel, "_mincore", lambda *args: -1)  # as if ENOSYS
+        monkeypatch.setattr(os_io, "PROC_IO", str(tmp_path / "no-proc-io"))
+        monkeypatch.setattr(os_io, "PROC_SMAPS", str(tmp_path / "no-smaps"))
+        monkeypatch.setattr(os_io, "_mincore", lambda *args: -1)  # as if ENOSYS
         stats = runtime.stats()
         for name in ("disk_read_bytes", "disk_read_bytes_per_token", "page_hit_rate",
                      "table_resident_bytes", "table_resident_peak_bytes",

@@ -13,7 +13,7 @@ from runners.engram import __main__ as engram_main
 from runners.engram.kv_blocks import BLOCK_SIZE
 from runners.engram.model import kv_bytes_per_token
 from runners.engram.runtime import Runtime, ServerConfigError
-from tests.runners.test_api import LiveServer, options
+from tests.runners.fixtures import LiveServer, options
 
 BLOCKS = 8
 

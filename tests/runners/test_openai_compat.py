@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from runners.engram.runtime import Runtime
-from tests.runners.test_api import LiveServer, options
+from tests.runners.fixtures import LiveServer, options
 
 USER = [{"role": "user", "content": "Say something"}]
 

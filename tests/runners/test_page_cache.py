@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from runners.engram import kernel, table_file
+from runners.engram import os_io, table_file
 from runners.engram.geometry import EngramGeometry
 from runners.engram.page_lru import PageLRU
 from runners.engram.table_store import DirectTable, open_store
@@ -53,7 +53,7 @@ def test_residency_stays_within_the_budget_on_a_table_six_times_larger(tmp_path,
     try:
         start = store.residency()["table_resident_bytes"]
         assert start == 0 if state == "cold" else start <= budget * 1.05
-        read_before = kernel.disk_read_bytes()
+        read_before = os_io.disk_read_bytes()
         peaks = []
         for i, rows in enumerate(decode_like_gathers(geometry, 600)):
             store.submit(rows).wait()
@@ -67,7 +67,7 @@ def test_residency_stays_within_the_budget_on_a_table_six_times_larger(tmp_path,
         # page by page, never the whole file: residency stays near the budget once full
         assert min(p[0] for p in peaks[len(peaks) // 2:]) > budget * 0.5
         if read_before is not None:
-            assert kernel.disk_read_bytes() > read_before  # the rows came from disk
+            assert os_io.disk_read_bytes() > read_before  # the rows came from disk
     finally:
         store.close()
 
@@ -77,13 +77,13 @@ def test_cold_start_leaves_nothing_resident_and_the_first_gather_reads_the_disk(
     store = open_store(table, "nvme", "mmap", CPU, table.data_bytes, "cold")
     try:
         assert store.residency()["table_resident_bytes"] == 0
-        faults = kernel.page_faults()[0]
-        read = kernel.disk_read_bytes()
+        faults = os_io.page_faults()[0]
+        read = os_io.disk_read_bytes()
         store.submit(geometry.row_ids(np.arange(64), 64)).wait()
         assert store.residency()["table_resident_bytes"] > 0
-        assert kernel.page_faults()[0] >= faults
+        assert os_io.page_faults()[0] >= faults
         if read is not None:
-            assert kernel.disk_read_bytes() - read >= 4096
+            assert os_io.disk_read_bytes() - read >= 4096
     finally:
         store.close()
 
@@ -93,7 +93,7 @@ def test_a_scaled_row_is_two_reads_in_two_regions(tmp_path, monkeypatch):
     _, table = written_table(tmp_path, SCALED, 8)
     assert table.scale_bytes == 8 and table.scale_offset >= table.data_offset + table.values_bytes
     reads = []
-    real_preadv = kernel.os.preadv
+    real_preadv = os_io.os.preadv
 
     def counting_preadv(fd, buffers, offset):
         reads.append(offset)
@@ -112,7 +112,7 @@ def test_a_scaled_row_is_two_reads_in_two_regions(tmp_path, monkeypatch):
     mapped = open_store(table, "nvme", "mmap", CPU, table.data_bytes, "cold")
     try:
         mapped.submit(np.array([[7]])).wait()
-        whole = kernel.mincore(mapped._base, table.file_bytes)
+        whole = os_io.mincore(mapped._base, table.file_bytes)
         resident = np.flatnonzero(whole) * 4096
         assert (resident < table.scale_offset).sum() >= 1  # the values' page
         assert (resident >= table.scale_offset).sum() >= 1  # and the scales' page
@@ -130,16 +130,16 @@ def test_missing_pages_are_read_in_parallel_or_by_their_own_faults(tmp_path, pag
     geometry, table = written_table(tmp_path, QWEN, 8)
     store = open_store(table, "nvme", "mmap", CPU, table.data_bytes, "cold", page_reads)
     try:
-        major = kernel.page_faults()[0]
-        read = kernel.disk_read_bytes()
+        major = os_io.page_faults()[0]
+        read = os_io.disk_read_bytes()
         store.submit(geometry.row_ids(np.arange(1, 200, 3), 60)).wait()
         pages = store.counters.snapshot()["pages_requested"]
-        faults = kernel.page_faults()[0] - major
+        faults = os_io.page_faults()[0] - major
         if page_reads == "faults":
             assert faults >= pages // 2
         else:
             assert faults < pages // 2
         if read is not None:
-            assert kernel.disk_read_bytes() - read >= pages // 2 * 4096
+            assert os_io.disk_read_bytes() - read >= pages // 2 * 4096
     finally:
         store.close()

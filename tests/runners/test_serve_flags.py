@@ -1,19 +1,10 @@
 """The table-tier flags of `engram-bench serve`: the device's ratio, and refusals of nonsense."""
 
-import subprocess
-import sys
-
 import pytest
 
 from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
 from runners.profiles import profile
-from tests.conftest import ROOT
-
-
-def serve(*flags: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runners.engram", "--preset", "tiny",
-                           "--table-size-gb", "0.004", *flags], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT)})
+from tests.runners.fixtures import serve
 
 
 @pytest.mark.parametrize(("flags", "says"), [

@@ -12,8 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from runners.engram.exposition import exposition
 from runners.engram.latency import E2E, ITL, QUEUE, TTFT, Histogram, RequestTimes, ServerLatency
 from runners.engram.runtime import Runtime, ServerConfigError
-from tests.runners.test_api import LiveServer, options
-from tests.runners.test_serve_flags import serve
+from tests.runners.fixtures import LiveServer, options, serve
 
 HISTOGRAM_NAMES = (TTFT, ITL, QUEUE, E2E)
 
