@@ -52,6 +52,19 @@ def test_levels_view_matches_metrics(store):
             assert row[name] == pytest.approx(getattr(stats, name), rel=1e-6), name
 
 
+def test_request_figures_view_is_the_python_tps_of_every_request(store):
+    records = make_records()
+    records[0].error_kind, records[1].latency_ms = "http_error", 0.0  # neither has a TPS
+    store.write_requests("run-a", records)
+    with store.read_only() as con:
+        sql = dict(con.execute("SELECT request_id, tps FROM request_figures").fetchall())
+    assert sql.keys() == {r.request_id for r in records}
+    for r in records:
+        assert (sql[r.request_id] is None) == (r.tps is None), r.request_id
+        if r.tps is not None:
+            assert sql[r.request_id] == pytest.approx(r.tps, rel=1e-12)
+
+
 def test_levels_view_duty_cycle_and_turns_match_python(store):
     records = make_records()
     for i, r in enumerate(records):
