@@ -21,9 +21,11 @@ class ConfigError(ValueError):
 
 def parse_levels(text: str) -> tuple[int, ...]:
     """'1,2,4' -> (1, 2, 4); refuses anything but distinct positive integers."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
         raise ConfigError("--levels needs at least one concurrency, e.g. --levels 1,2,4,8")
+    if not all(items):
+        raise ConfigError(f"--levels {text!r} has an empty item between its commas")
     levels = []
     for item in items:
         if not item.isdigit() or int(item) < 1:
@@ -36,9 +38,11 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 def parse_rates(text: str) -> tuple[float, ...]:
     """'0.5,1,2' -> (0.5, 1.0, 2.0): the request rates (requests/s) of `--mode rate`."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
         raise ConfigError("--rates needs at least one request rate, e.g. --rates 0.5,1,2,4")
+    if not all(items):
+        raise ConfigError(f"--rates {text!r} has an empty item between its commas")
     rates = []
     for item in items:
         try:

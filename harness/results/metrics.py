@@ -137,10 +137,12 @@ class Targets:
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}")
-        if self.tps_min < 0 or self.ttft_max_ms <= 0:
-            raise ValueError("the TPS target must be >= 0 and the TTFT target > 0")
-        if self.chat_factor < 0 or self.agentic_factor < 0:
-            raise ValueError("user factors must be >= 0")
+        # written so that NaN fails every check: `not (NaN >= 0)`
+        if not (0 <= self.tps_min < math.inf) or not self.ttft_max_ms > 0:
+            raise ValueError("the TPS target must be a finite number >= 0 and the TTFT target "
+                             "a number > 0")
+        if not (0 <= self.chat_factor < math.inf and 0 <= self.agentic_factor < math.inf):
+            raise ValueError("user factors must be finite numbers >= 0")
 
 
 @dataclass(slots=True, frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -464,9 +465,13 @@ def _level(row: dict, path: Path, line: int) -> dict:
         if not text:
             return None
         try:
-            return kind(float(text)) if kind is int else kind(text)
+            value = float(text)
         except ValueError:
             raise CapacityCSVError(f"{path} line {line}: {name} {text!r} is not a number") from None
+        if not 0 <= value < math.inf:  # NaN fails too
+            raise CapacityCSVError(f"{path} line {line}: {name} {text!r} is not a finite "
+                                   "number >= 0")
+        return int(value) if kind is int else value
 
     concurrency = number("concurrency", int)
     if concurrency is None or concurrency < 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -503,7 +504,8 @@ class Store:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create {out_dir}: {exc.strerror}") from None
-        prefix = f"{run_id}_" if run_id else ""
+        # a run id names the files: only its safe characters, so no id can leave out_dir
+        prefix = f"{re.sub(r'[^A-Za-z0-9._-]', '_', run_id)}_" if run_id else ""
         where = "WHERE run_id = ?" if run_id else ""
         params = [run_id] if run_id else []
         queries = {

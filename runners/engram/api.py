@@ -84,8 +84,8 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
     async def check_key(request: Request,
                         call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given, f"Bearer {api_key}"):
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), api_key):
                 return _error(APIError(401, "missing or wrong API key", code="invalid_api_key"))
         return await call_next(request)
 

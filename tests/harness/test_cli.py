@@ -70,6 +70,16 @@ def test_capacity_csv_reproduces_published_figures():
         assert any("lower bound" in w for w in result[run]["warnings"])
 
 
+@pytest.mark.parametrize("row", ["x,2,nan,30", "x,2,200,inf", "x,2,-5,30", "x,2,200,30,-1"])
+def test_capacity_csv_refuses_figures_that_are_no_finite_count(tmp_path, row):
+    path = tmp_path / "levels.csv"
+    path.write_text(f"run,concurrency,mean_ttft_ms,mean_tps,errors\nx,1,200,30,0\n{row}\n")
+    proc = run_cli("capacity", "--csv", str(path))
+    assert proc.returncode == 2, proc.stdout
+    assert "line 3" in proc.stderr and "not a finite number >= 0" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Max C" not in proc.stdout
+
+
 def test_capacity_empty_cell_cannot_pass(tmp_path):
     path = tmp_path / "levels.csv"
     path.write_text("run,concurrency,mean_ttft_ms,mean_tps\nx,1,200,30\nx,2,,25\n")
@@ -83,6 +93,11 @@ def test_capacity_empty_cell_cannot_pass(tmp_path):
     [
         (["run", "--url", "http://x/v1", "--levels", "0,2"], "positive integers"),
         (["run", "--url", "http://x/v1", "--levels", "1,b"], "positive integers"),
+        (["run", "--url", "http://x/v1", "--levels", "1,,2"], "empty item"),
+        (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "1,,2"], "empty item"),
+        (["run", "--url", "http://x/v1", "--chat-factor", "nan"], "user factors must be finite"),
+        (["run", "--url", "http://x/v1", "--tps-min", "inf"], "TPS target must be a finite"),
+        (["summary", "--ttft-max-ms", "nan"], "TTFT target"),
         (["run", "--url", "http://x/v1", "--rounds", "0"], "positive integer"),
         (["run", "--url", "http://x/v1", "--mode", "open"], "invalid choice"),
         (["run", "--device", "spark", "--cache-ratio", "0"], "must be a fraction in (0, 1]"),

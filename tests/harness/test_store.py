@@ -133,6 +133,17 @@ def test_export_csv_and_parquet(store, tmp_path):
     assert count == 21
 
 
+def test_a_crafted_run_id_cannot_write_outside_the_export_folder(store, tmp_path):
+    crafted = "../../../../x"
+    store.create_run(crafted, {"model": "m", "levels": [1], "rounds": 1, "output_tokens": 128,
+                               "config": "{}"})
+    out = tmp_path / "deep" / "er" / "out"
+    paths = store.export(out, crafted, "csv")
+    assert [p.parent for p in paths] == [out, out]
+    assert all(p.exists() for p in paths)
+    assert not list(tmp_path.glob("x_*")) and not list((tmp_path / "deep").glob("x_*"))
+
+
 def test_unwritable_path_is_one_sentence(tmp_path, monkeypatch):
     locked = tmp_path / "ro"
     locked.mkdir()

@@ -172,6 +172,12 @@ def test_api_key_is_required_when_set(tmp_path):
         allowed = httpx.post(live.url + "/v1/completions", json=body,
                              headers={"Authorization": "Bearer s3cret"})
         assert allowed.status_code == 200
+        lowercase = httpx.post(live.url + "/v1/completions", json=body,  # schemes ignore case
+                               headers={"Authorization": "bearer s3cret"})
+        assert lowercase.status_code == 200
+        wrong = httpx.post(live.url + "/v1/completions", json=body,
+                           headers={"Authorization": "Basic s3cret"})
+        assert wrong.status_code == 401
         assert httpx.get(live.url + "/health").status_code == 200
 
 
