@@ -348,6 +348,8 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
     if args.url and args.bundled:
         raise UserError("--bundled starts a server and --url sweeps one already running: "
                         "give one of them")
+    if args.url and args.device:
+        profile(args.device)  # a device names a profile with --url too (--label is free text)
     if not args.url:
         if not args.device:
             raise UserError("give --device to sweep the bundled Engram server, or --url of an "

@@ -104,6 +104,7 @@ def test_capacity_empty_cell_cannot_pass(tmp_path):
         (["run", "--device", "spark", "--cache-ratio", "1.5"], "must be a fraction in (0, 1]"),
         (["run", "--device", "spark", "--page-cache-gb", "-1"], "must be a positive number"),
         (["run", "--device", "moon"], "unknown device 'moon'; valid devices: spark"),
+        (["run", "--url", "http://x/v1", "--device", "moon"], "unknown device 'moon'"),
         (["run", "--url", "ftp://x"], "not an http(s) URL"),
         (["run", "--url", "http://x/v1", "--db", "/proc/engram/b.duckdb"], "cannot create"),
         (["capacity", "--csv", "/nonexistent.csv"], "cannot read"),
