@@ -52,6 +52,8 @@ class CompletionStream:
         self.saw_done = False
 
     def add(self, payload: bytes, now_ns: int) -> None:
+        if self.saw_done:  # the stream ended: what follows is not part of it, however split
+            return
         if payload == b"[DONE]":
             self.saw_done = True
             return

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from harness.wire.completion_stream import StreamFault
+
+MAX_EVENT_BYTES = 16 * 2**20  # an event this long without its blank line is no event stream
+
 
 class SSEDecoder:
     """Incremental decoder for events split across reads at any byte.
@@ -28,6 +32,9 @@ class SSEDecoder:
         buf = self._buf + data if self._buf else data
         blocks = buf.split(b"\n\n")
         self._buf = blocks.pop()
+        if len(self._buf) > MAX_EVENT_BYTES:  # bounded memory against an endless line
+            raise StreamFault("malformed", f"an event ran past {MAX_EVENT_BYTES // 2**20} MiB "
+                                           "without ending")
         events: list[bytes] = []
         for block in blocks:
             if not block:

@@ -114,3 +114,23 @@ def test_empty_usage_and_choices_are_no_fault():
     s.add(b'{"choices": [], "usage": null}', 1)
     s.add(b'{"choices": null, "usage": {}}', 2)
     assert (s.chunks, s.completion_tokens) == (0, None)
+
+
+def test_events_after_done_are_not_counted_however_tcp_splits_them():
+    raw = b"".join(b"data: " + e + b"\n\n" for e in (
+        chunk({"content": "a"}), b"[DONE]", *[chunk({"content": "b"})] * 16))
+    for pieces in splits(raw):
+        dec, s = SSEDecoder(), CompletionStream()
+        for piece in pieces:
+            for event in dec.feed(piece):
+                s.add(event, 100)
+        assert s.saw_done and s.chunks == 1, pieces
+
+
+def test_an_event_that_never_ends_is_malformed_in_bounded_memory():
+    dec = SSEDecoder()
+    dec.feed(b"data: " + b"x" * 2**20)
+    with pytest.raises(StreamFault) as fault:
+        for _ in range(20):  # 21 MiB without a blank line
+            dec.feed(b"x" * 2**20)
+    assert fault.value.kind == "malformed"
