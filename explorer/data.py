@@ -23,7 +23,7 @@ from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
 from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
-from harness.results.store import DEFAULT_DB, Store
+from harness.results.store import DEFAULT_DB, Store, StoreError
 from harness.results.users import paired_closed_run
 from harness.results.verdicts import users_verdict, verdict
 
@@ -33,6 +33,21 @@ PUBLISHED = "published"
 
 def db_path() -> Path:
     return Path(os.environ.get("ENGRAM_BENCH_DB", str(DEFAULT_DB)))
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the results file cannot be read, in one sentence; None when it can (or is absent,
+    which the pages explain themselves)."""
+    if not path.exists():
+        return None
+    if path.is_dir():
+        return f"{path} is a folder, not a results file: open a file with `make explore DB=path`"
+    try:
+        with Store(path, lock_timeout_s=10).read_only() as con:
+            con.execute("SELECT 1")
+    except StoreError as exc:
+        return f"{exc}: open another file with `make explore DB=path`"
+    return None
 
 
 def file_version(path: Path) -> tuple[int, int] | None:

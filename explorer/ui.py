@@ -15,9 +15,21 @@ from harness.results.metrics import Targets
 MEASURED = "measured"
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def _unreadable(path: str, version: tuple | None) -> str | None:
+    return data.unreadable(Path(path))
+
+
 def database() -> tuple[Path, tuple[int, int] | None]:
+    """The results file and its version; a file that cannot be read stops the page with one
+    sentence instead of a traceback."""
     path = data.db_path()
-    return path, data.file_version(path)
+    version = data.file_version(path)
+    problem = _unreadable(str(path), version)
+    if problem:
+        st.error(problem)
+        st.stop()
+    return path, version
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

@@ -3,12 +3,14 @@
 import json
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from explorer import data
 from harness.results.metrics import Targets
 from harness.results.store import Store
 from tests.explorer import fixtures
 from tests.explorer.apptest import (
+    APP,
     app,
     assert_human,
     assert_runs_table,
@@ -191,3 +193,21 @@ def test_a_run_with_no_finished_round_renders_a_note(monkeypatch, tmp_path, page
             ["20261129-000000-aaaa", "20261129-000001-bbbb"]).run()
     assert not at.exception
     assert any("no finished round" in info.value for info in at.info)
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "folder"])
+def test_a_file_that_is_no_results_database_gets_one_sentence(monkeypatch, tmp_path, kind):
+    db = tmp_path / "bench.duckdb"
+    if kind == "folder":
+        db.mkdir()
+    elif kind == "garbage":
+        db.write_bytes(b"not a database\n" * 100)
+    else:
+        fixtures.build(db)
+        db.write_bytes(db.read_bytes()[:5000])
+    monkeypatch.setenv("ENGRAM_BENCH_DB", str(db))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    assert len(at.error) == 1 and "make explore DB=path" in at.error[0].value
+    assert "Traceback" not in at.error[0].value
