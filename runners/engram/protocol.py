@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -82,6 +82,20 @@ class _Common(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+_T = TypeVar("_T")
+
+
+def _encodable(value: _T) -> _T:
+    """Refuse text JSON may carry but no tokenizer can: a lone surrogate such as "\\ud800"."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text must be valid Unicode; it holds a lone surrogate "
+                             "(an unpaired \\ud800-\\udfff escape)") from None
+    return value
+
+
 def _part_text(part: object) -> str:
     if not isinstance(part, dict):
         raise ValueError("each content part must be an object with a type")
@@ -106,6 +120,11 @@ class Message(BaseModel):
             return "\n".join(_part_text(part) for part in value)
         return value
 
+    @field_validator("content")
+    @classmethod
+    def _content_encodable(cls, value: str) -> str:
+        return _encodable(value)
+
 
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
@@ -124,8 +143,18 @@ class CompletionRequest(_Common):
             return value[0]
         return value
 
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_encodable(cls, value: str | list[int]) -> str | list[int]:
+        return _encodable(value)
+
 
 class TokenizeRequest(BaseModel):
     model: str | None = None
     prompt: str | None = None
     messages: list[Message] | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_encodable(cls, value: str | None) -> str | None:
+        return _encodable(value)

@@ -125,3 +125,16 @@ def test_unknown_paths_and_wrong_methods_are_openai_errors(url):
     wrong = httpx.get(url + "/v1/chat/completions")
     assert openai_error(wrong, 405)["message"] == "Method Not Allowed (GET /v1/chat/completions)"
     assert wrong.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/completions", b'{"model": "tiny", "prompt": "a\\ud800", "max_tokens": 2}'),
+    ("/v1/chat/completions",
+     b'{"model": "tiny", "messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 2}'),
+    ("/tokenize", b'{"prompt": "\\udfff"}'),
+])
+def test_a_lone_surrogate_is_a_400_not_a_crash(url, path, body):
+    resp = httpx.post(url + path, content=body, timeout=30,
+                      headers={"content-type": "application/json"})
+    error = openai_error(resp, 400)
+    assert "lone surrogate" in error["message"]
