@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from runners.engram.protocol import (
     APIError,
@@ -72,6 +73,12 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return _error(exc)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, exc: ClientDisconnect) -> Response:
+        """The client closed before its request body arrived: nobody to answer, nothing to log
+        (nginx's 499, for the access log)."""
+        return Response(status_code=499)
 
     @app.exception_handler(HTTPException)
     async def routing_error(request: Request, exc: HTTPException) -> JSONResponse:

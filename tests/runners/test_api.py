@@ -1,5 +1,6 @@
 """The bundled server over HTTP (tiny preset, small table): OpenAI client, errors, stats."""
 
+import socket
 import time
 
 import httpx
@@ -214,3 +215,17 @@ def test_an_engine_failure_ends_the_request_with_an_error_and_serving_goes_on(tm
         assert streamed.text.rstrip().endswith("data: [DONE]")
         ok = httpx.post(live.url + "/v1/completions", json=body)
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
+
+
+def test_a_client_that_leaves_before_its_body_leaves_no_traceback(tmp_path, capfd):
+    with LiveServer(Runtime(options(tmp_path))) as live:
+        body = b'{"model": "tiny", "prompt": "hello", "max_tokens": 8, "stream": true}'
+        for _ in range(10):  # headers promise more body than is sent, then the client closes
+            with socket.create_connection(("127.0.0.1", live.port)) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body) + 100, body))
+                time.sleep(0.05)
+        assert httpx.get(live.url + "/health").status_code == 200
+    err = capfd.readouterr().err
+    assert "ClientDisconnect" not in err and "Traceback" not in err, err[-2000:]
