@@ -327,6 +327,39 @@ def _prompt_spec(args: argparse.Namespace) -> str:
     return spec if spec in BUILTIN else str(Path(spec).expanduser().absolute())
 
 
+# `run --resume` takes these as given: where the server is now, where results go, how they are
+# judged and shown. Every other flag is part of the run, which continues as it was started.
+RESUME_FREE = {"command", "resume", "url", "api_key", "db", "no_progress", "json", "tps_min",
+               "ttft_max_ms", "statistic", "chat_factor", "agentic_factor"}
+RESUME_STORED_AS = {"request_timeout": "request_timeout_s", "connect_timeout": "connect_timeout_s",
+                    "stall_timeout": "stall_timeout_s", "duration": "duration_s",
+                    "think_time": "think_s"}
+
+
+def resume_conflicts(args: argparse.Namespace, stored: RunConfig) -> list[str]:
+    """The sweep flags a `--resume` was given that would change the run: each is neither its
+    default nor the resumed run's own value."""
+    defaults = vars(build_parser().parse_args(["run"]))
+    conflicts = []
+    for name, value in vars(args).items():
+        if name in RESUME_FREE or value == defaults.get(name):
+            continue
+        field = RESUME_STORED_AS.get(name, name)
+        if name == "prompts":
+            value = _prompt_spec(args)  # a file is stored by its absolute path
+        if hasattr(stored, field) and _same(getattr(stored, field), value):
+            continue
+        conflicts.append("--" + name.replace("_", "-"))
+    return conflicts
+
+
+def _same(stored: object, given: object) -> bool:
+    """A flag's value equals what the run stored (levels as tuples, prompt files as paths)."""
+    if isinstance(stored, tuple) and isinstance(given, list | tuple):
+        return tuple(stored) == tuple(given)
+    return stored == given or str(stored) == str(given)
+
+
 def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str | None]:
     """A new run's config from flags, or a resumed run's stored config (URL may change)."""
     if args.resume:
@@ -337,6 +370,11 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         if stored is None:
             raise UserError(f"run {run['run_id']} was stored without a configuration this "
                             "version can rebuild, so it cannot be resumed: start a new run")
+        conflicts = resume_conflicts(args, stored)
+        if conflicts:
+            raise UserError(f"--resume continues run {run['run_id']} as it was started, so "
+                            f"{', '.join(conflicts)} cannot change it: drop "
+                            f"{'them' if len(conflicts) > 1 else 'it'}, or start a new run")
         config = stored
         if args.url:
             config = replace(config, url=args.url, server_args=())

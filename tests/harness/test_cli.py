@@ -204,6 +204,24 @@ def test_resume_of_a_complete_run_is_refused(mock_process, tmp_path):
     assert proc.returncode == 2 and "already complete" in proc.stderr
 
 
+def test_resume_refuses_flags_that_would_change_the_run(mock_process, tmp_path):
+    url = mock_process()
+    db = tmp_path / "b.duckdb"
+    assert run_cli("run", "--url", url, "--levels", "1,2", "--rounds", "1", "--db", str(db),
+                   "--output-tokens", "4").returncode == 0
+    run_id = Store(db).runs()[0]["run_id"]
+    Store(db).update_run(run_id, status="aborted")  # as if stopped: resumable
+    proc = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db), "--levels", "1,4",
+                   "--rounds", "3", "--output-tokens", "4")
+    assert proc.returncode == 2
+    assert "--levels, --rounds cannot change it" in proc.stderr, proc.stderr
+    assert Store(db).run(run_id)["status"] == "aborted"  # refused before anything ran
+    same = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db), "--levels", "1,2",
+                   "--output-tokens", "4", "--tps-min", "5")  # its own values, new targets
+    assert same.returncode == 0, same.stderr
+    assert Store(db).run(run_id)["status"] == "complete"
+
+
 def test_summary_and_export(mock_process, tmp_path):
     url = mock_process()
     db = tmp_path / "b.duckdb"
