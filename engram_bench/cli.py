@@ -479,12 +479,17 @@ def _target(config: RunConfig, console: Console) -> Iterator[str]:
             raise ServerDied(server.death)
 
 
+def _exit_status(stop: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 128 + the signal for a kill (143 for SIGTERM), as shells report them."""
+    return 128 + stop.signum if isinstance(stop, aio.Stopped) else EXIT_ABORTED
+
+
 def _handle_interrupts() -> None:
     """Ctrl-C works whatever the process inherited (a background job of a non-interactive
     shell starts with SIGINT ignored), and `kill` of a bench behaves like Ctrl-C: the run is
     marked aborted, the server stopped."""
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+    def handler(signum: int, frame: object) -> None:  # outside the event loop (aio.run)
+        raise aio.Stopped(signum)
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, handler)
@@ -521,11 +526,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             store.run(run_id)
             store.finish_run(run_id, "failed", str(exc))
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         progress.stop()
         print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "
               f"(continue with --resume {run_id})", file=sys.stderr)
-        return EXIT_ABORTED
+        return _exit_status(exc)
     finally:
         progress.stop()  # idempotent; an error's message is printed after the bar ends
     return _show(store, run_id, targets, args.json, console)
@@ -620,6 +625,6 @@ def main(argv: list[str] | None = None) -> int:
             runner_commands.CommandError, PromptFileError) as exc:
         print(f"engram-bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("engram-bench: interrupted", file=sys.stderr)
-        return EXIT_ABORTED
+        return _exit_status(exc)

@@ -181,6 +181,25 @@ def test_ctrl_c_keeps_finished_rounds_and_resume_runs_the_rest(mock_process, tmp
     _assert_complete_after_resume(db, run["run_id"], url)
 
 
+def test_sigterm_stops_a_busy_run_at_once_and_invents_no_error(mock_process, tmp_path):
+    url = mock_process("--ttft-ms", "5", "--itl-ms", "2")
+    db = tmp_path / "b.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "32",
+         "--rounds", "200", "--output-tokens", "128", "--no-progress", "--db", str(db)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_rounds(db, 2, proc)  # mid-level: 32 streams in flight
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err  # 128 + SIGTERM, as a shell reports a kill
+    assert time.monotonic() - t0 < 5, "the stop took too long"
+    assert "Fatal error" not in err and "--resume" in err
+    run = Store(db).runs()[0]
+    assert run["status"] == "aborted"
+    assert all(r.ok for r in Store(db).requests(run["run_id"]))  # no invented server error
+
+
 def test_killed_process_loses_at_most_the_round_in_flight(mock_process, tmp_path):
     url = mock_process("--ttft-ms", "20", "--itl-ms", "10")
     db = tmp_path / "b.duckdb"
