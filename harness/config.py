@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 MODES = ("closed", "burst", "rate", "users")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
 MAX_TEMPERATURE = 2.0  # OpenAI's range is 0..2
+MAX_SCHEDULED_REQUESTS = 1_000_000  # mode rate: a schedule is held in memory before it runs
 ARRIVALS = ("poisson", "constant")  # mode rate: harness.run.arrivals
 PROFILE_DUTY = {"chat": 0.25, "agentic": 2 / 3}  # published: x4 and x1.5 users per Max C
 PROFILES = tuple(PROFILE_DUTY)
@@ -178,6 +179,11 @@ class RunConfig:
         if self.arrival not in ARRIVALS:
             raise ConfigError(f"--arrival must be one of {', '.join(ARRIVALS)}, "
                               f"not {self.arrival!r}")
+        scheduled = sum(rate * self.duration_s for rate in self.rates)
+        if scheduled > MAX_SCHEDULED_REQUESTS:
+            raise ConfigError(f"--rates x --duration schedule {scheduled:,.0f} requests, above "
+                              f"the {MAX_SCHEDULED_REQUESTS:,} one run may hold: lower the "
+                              "rates or the duration")
         if self.levels:
             raise ConfigError("--levels are concurrencies: --mode rate takes --rates instead")
         if self.search:

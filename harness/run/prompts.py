@@ -185,8 +185,15 @@ def _running_text(content: str, source: str, seed: int) -> RunningText:
     return RunningText(words, source, pieces(content) / len(words), seed)
 
 
+MAX_FILE_BYTES = 256 * 2**20  # a prompt source past this is refused, not read into memory
+
+
 def _read(path: Path) -> str:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise PromptFileError(f"prompts file {path} holds {size / 2**20:.0f} MiB, above the "
+                                  f"{MAX_FILE_BYTES // 2**20} MiB a prompt source may have")
         data = path.read_bytes()
     except FileNotFoundError:
         raise PromptFileError(f"prompts file {path} does not exist") from None

@@ -31,6 +31,7 @@ from harness.results.metrics import (
 )
 from harness.results.report import describe_server_table, search_plan, server_table
 from harness.results.store import Store
+from harness.run.limits import ensure_open_files
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
 from harness.run.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
@@ -120,6 +121,7 @@ async def execute(
 ) -> RunResult:
     """Run (or resume) a sweep. TargetError (or ConfigError, for prompts a resumed run no longer
     has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded."""
+    ensure_open_files(config)  # a level past the limit would be stored as server errors
     prompts = prompts or load(config.prompts, config.seed)
     info = await target.describe(endpoint, config.model or None)
     config = replace(config, model=info.model, engine=config.engine or info.engine)

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -80,6 +81,29 @@ def test_capacity_csv_refuses_figures_that_are_no_finite_count(tmp_path, row):
     assert "Traceback" not in proc.stderr and "Max C" not in proc.stdout
 
 
+def test_a_level_above_the_open_file_limit_is_refused_before_anything_is_sent(tmp_path):
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    db = tmp_path / "b.duckdb"
+    proc = subprocess.run(
+        [sys.executable, "-m", "engram_bench", "run", "--url", "http://127.0.0.1:9/v1",
+         "--levels", "1000", "--max-concurrency", "1000", "--db", str(db), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, preexec_fn=low_limit)
+    assert proc.returncode == 2, proc.stderr
+    assert "needs about 1064 open files, above the 256" in proc.stderr
+    assert "Traceback" not in proc.stderr and not Store(db).runs()
+
+
+def test_a_prompt_file_past_the_size_limit_is_refused_unread(tmp_path):
+    huge = tmp_path / "huge.txt"
+    with open(huge, "wb") as f:  # sparse: no disk, no time
+        f.truncate(300 * 2**20)
+    proc = run_cli("run", "--url", "http://127.0.0.1:9/v1", "--prompts", str(huge),
+                   "--db", str(tmp_path / "b.duckdb"), timeout=30)
+    assert proc.returncode == 2 and "300 MiB, above the 256 MiB" in proc.stderr, proc.stderr
+
+
 def test_capacity_empty_cell_cannot_pass(tmp_path):
     path = tmp_path / "levels.csv"
     path.write_text("run,concurrency,mean_ttft_ms,mean_tps\nx,1,200,30\nx,2,,25\n")
@@ -96,6 +120,10 @@ def test_capacity_empty_cell_cannot_pass(tmp_path):
         (["run", "--url", "http://x/v1", "--levels", "1,,2"], "empty item"),
         (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "1,,2"], "empty item"),
         (["run", "--url", "http://x/v1", "--chat-factor", "nan"], "user factors must be finite"),
+        (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "1e9", "--duration", "2"],
+         "schedule 2,000,000,000 requests"),
+        (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "1", "--duration", "1e12"],
+         "above the 1,000,000 one run may hold"),
         (["run", "--url", "http://x/v1", "--tps-min", "inf"], "TPS target must be a finite"),
         (["summary", "--ttft-max-ms", "nan"], "TTFT target"),
         (["run", "--url", "http://x/v1", "--rounds", "0"], "positive integer"),
