@@ -512,7 +512,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     progress = LevelProgress(enabled=not args.no_progress)
     status = Console(stderr=True)
     try:
-        with _target(config, status) as url:
+        # one writer per run (a second --resume is refused), taken before a server starts
+        with store.run_lock(run_id), _target(config, status) as url:
             config = replace(config, url=url)
             endpoint = Endpoint(config.url, config.api,
                                 args.api_key or os.environ.get("OPENAI_API_KEY"),

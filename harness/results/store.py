@@ -7,10 +7,12 @@ Each write opens the file, commits and closes it again, so a reader (the explore
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -299,6 +301,26 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"cannot upgrade {self.path}, written by an older engram-bench: "
                              f"{str(exc).splitlines()[0]}") from None
+
+    @contextlib.contextmanager
+    def run_lock(self, run_id: str) -> Iterator[None]:
+        """Held while a run is measured, so one run has one writer: a second process that
+        resumes it meanwhile is refused. A byte-range lock beside the file, one byte per run
+        id; the kernel drops a dead process's locks, so a resume after a crash takes over."""
+        path = self.path.with_name(self.path.name + ".runs.lock")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open {path}: {exc.strerror}") from None
+        try:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, zlib.crc32(run_id.encode()))
+            except OSError:
+                raise StoreError(f"run {run_id} is being measured by another engram-bench "
+                                 "process: let it finish, or stop it, before resuming") from None
+            yield
+        finally:
+            os.close(fd)
 
     def read_only(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A short read-only connection (retried while a writer holds the file)."""

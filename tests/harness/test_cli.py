@@ -228,6 +228,21 @@ def test_sigterm_stops_a_busy_run_at_once_and_invents_no_error(mock_process, tmp
     assert all(r.ok for r in Store(db).requests(run["run_id"]))  # no invented server error
 
 
+def test_a_run_being_measured_cannot_be_resumed_by_a_second_process(mock_process, tmp_path):
+    url = mock_process("--ttft-ms", "20", "--itl-ms", "10")
+    db = tmp_path / "b.duckdb"
+    proc = _start_run(url, db)
+    _wait_for_rounds(db, 1, proc)
+    run_id = Store(db).runs()[0]["run_id"]
+    second = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db))
+    assert second.returncode == 2, second.stderr
+    assert f"run {run_id} is being measured by another engram-bench process" in second.stderr
+    assert proc.poll() is None  # the first goes on, untouched
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    _assert_complete_after_resume(db, run_id, url)  # its lock went with it
+
+
 def test_killed_process_loses_at_most_the_round_in_flight(mock_process, tmp_path):
     url = mock_process("--ttft-ms", "20", "--itl-ms", "10")
     db = tmp_path / "b.duckdb"
