@@ -125,7 +125,7 @@ def test_capacity_empty_cell_cannot_pass(tmp_path):
         (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "1", "--duration", "1e12"],
          "above the 1,000,000 one run may hold"),
         (["run", "--url", "http://x/v1", "--tps-min", "inf"], "TPS target must be a finite"),
-        (["summary", "--ttft-max-ms", "nan"], "TTFT target"),
+        (["run", "--url", "http://x/v1", "--ttft-max-ms", "nan"], "the TTFT target a number"),
         (["run", "--url", "http://x/v1", "--rounds", "0"], "positive integer"),
         (["run", "--url", "http://x/v1", "--mode", "open"], "invalid choice"),
         (["run", "--device", "spark", "--cache-ratio", "0"], "must be a fraction in (0, 1]"),
