@@ -21,14 +21,14 @@ def test_the_committed_cli_reference_is_the_parsers_help():
 def test_no_file_points_outside_the_repository_or_at_its_history():
     names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
-    banned = re.compile(r"\.\./shared|shared folder|\bissue (#|no\. )?\d+|this session", re.I)
+    shared = "shared"  # spelt in pieces, so this test's own text names nothing it bans
+    banned = re.compile(rf"\.\./{shared}|{shared} folder|\bissue (#|no\. )?\d+|this sess" "ion",
+                        re.I)
     design = re.compile(r"(?<!docs/)DESIGN\.md")
     hits = []
     for name in names:
         path = ROOT / name
         if not path.is_file() or path.suffix not in {".py", ".md", ".toml", ".yml", ".cfg", ""}:
-            continue
-        if name == "tests/test_docs.py":
             continue
         text = path.read_text(errors="replace")
         if banned.search(text) or (not name.startswith("docs/") and design.search(text)):
