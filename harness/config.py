@@ -6,6 +6,9 @@ import json
 import math
 import random
 from dataclasses import asdict, dataclass, fields
+from typing import TypeVar
+
+_V = TypeVar("_V", int, float)
 
 MODES = ("closed", "burst", "rate", "users")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
@@ -20,32 +23,36 @@ class ConfigError(ValueError):
     """A setting the user chose that cannot work; the message is one sentence."""
 
 
-def parse_levels(text: str) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4); refuses anything but distinct positive integers."""
+def _list_items(text: str, flag: str, noun: str, example: str) -> list[str]:
+    """A comma-separated flag's items, stripped; none at all, or an empty one, is refused."""
     items = [t.strip() for t in text.split(",")]
     if not any(items):
-        raise ConfigError("--levels needs at least one concurrency, e.g. --levels 1,2,4,8")
+        raise ConfigError(f"{flag} needs at least one {noun}, e.g. {flag} {example}")
     if not all(items):
-        raise ConfigError(f"--levels {text!r} has an empty item between its commas")
+        raise ConfigError(f"{flag} {text!r} has an empty item between its commas")
+    return items
+
+
+def _distinct_sorted(values: list[_V], flag: str, what: str) -> tuple[_V, ...]:
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{flag} lists {what} twice")
+    return tuple(sorted(values))
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4); refuses anything but distinct positive integers."""
     levels = []
-    for item in items:
+    for item in _list_items(text, "--levels", "concurrency", "1,2,4,8"):
         if not item.isdigit() or int(item) < 1:
             raise ConfigError(f"--levels must be positive integers; {item!r} is not")
         levels.append(int(item))
-    if len(set(levels)) != len(levels):
-        raise ConfigError("--levels lists a concurrency twice")
-    return tuple(sorted(levels))
+    return _distinct_sorted(levels, "--levels", "a concurrency")
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
     """'0.5,1,2' -> (0.5, 1.0, 2.0): the request rates (requests/s) of `--mode rate`."""
-    items = [t.strip() for t in text.split(",")]
-    if not any(items):
-        raise ConfigError("--rates needs at least one request rate, e.g. --rates 0.5,1,2,4")
-    if not all(items):
-        raise ConfigError(f"--rates {text!r} has an empty item between its commas")
     rates = []
-    for item in items:
+    for item in _list_items(text, "--rates", "request rate", "0.5,1,2,4"):
         try:
             rate = float(item)
         except ValueError:
@@ -53,9 +60,7 @@ def parse_rates(text: str) -> tuple[float, ...]:
         if not 0 < rate < math.inf:
             raise ConfigError(f"--rates must be numbers of requests/s above 0; {item!r} is not")
         rates.append(rate)
-    if len(set(rates)) != len(rates):
-        raise ConfigError("--rates lists a rate twice")
-    return tuple(sorted(rates))
+    return _distinct_sorted(rates, "--rates", "a rate")
 
 
 @dataclass(slots=True, frozen=True)
