@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.records import RequestRecord
-from harness.results.quantiles import mean, quantile
+from harness.results.quantiles import busy_seconds, mean, quantile
 from harness.results.send_lag import SendLag, send_lag
 
 STATISTICS = ("mean", "p50", "p90", "p99")
@@ -81,16 +81,17 @@ def level_stats(
     concurrency: int, records: Sequence[RequestRecord], output_target: int,
     rate: float | None = None,
 ) -> LevelStats:
-    """Statistics of one level. Throughput = successful output tokens / level wall time."""
+    """Statistics of one level. Throughput = successful output tokens / the level's busy time
+    (while any of its requests was in flight), so an outage between resumed rounds is not in it."""
     good = [r for r in records if r.ok]
     ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
     tpss = [r.tps for r in good if r.tps is not None]
     tokens = [r.output_tokens for r in good]
     throughput = None
     if good:
-        start = min(r.sent_at for r in records)
-        end = max(r.sent_at + (r.latency_ms or 0.0) / 1000 for r in records)
-        throughput = sum(tokens) / (end - start) if end > start else None
+        busy = busy_seconds([(r.sent_at, r.sent_at + (r.latency_ms or 0.0) / 1000)
+                             for r in records])
+        throughput = sum(tokens) / busy if busy > 0 else None
     lag = _send_lag(records)
     return LevelStats(
         concurrency=concurrency,

@@ -1,4 +1,4 @@
-"""Quantile and mean over plain floats, as every statistic of the results uses them."""
+"""Quantile, mean and busy time over plain floats, as every statistic of the results uses them."""
 
 from __future__ import annotations
 
@@ -20,3 +20,14 @@ def quantile(values: Sequence[float], q: float) -> float | None:
 def mean(values: Sequence[float]) -> float | None:
     """Arithmetic mean; None for no values."""
     return sum(values) / len(values) if values else None
+
+
+def busy_seconds(spans: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) spans: the time at least one was in flight. A level
+    resumed an hour later, or paused between its repeats, counts neither gap (the levels view
+    sums the same way: each span adds what it reaches past every earlier-starting one)."""
+    busy, reached = 0.0, -math.inf
+    for start, end in sorted(spans):
+        busy += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
+    return busy

@@ -113,8 +113,19 @@ SELECT r.*,
     r.sent_at + to_microseconds(CAST(round(r.latency_ms * 1000) AS BIGINT)) AS ended_at
 FROM requests r;
 -- a level is (concurrency, rate): rate levels have concurrency 0, the others rate NULL
+-- throughput divides by the level's busy time, the union of its requests' spans (an outage
+-- between resumed rounds is not in it): each request adds what it reaches past every one that
+-- started before it (harness.results.quantiles.busy_seconds)
 CREATE OR REPLACE VIEW levels AS
-WITH q AS (SELECT * FROM request_figures)
+WITH spans AS (
+    SELECT *, epoch_us(sent_at) AS start_us, epoch_us(coalesce(ended_at, sent_at)) AS end_us
+    FROM request_figures
+), q AS (
+    SELECT *, greatest(0, end_us - greatest(start_us, coalesce(max(end_us) OVER (
+        PARTITION BY run_id, concurrency, rate ORDER BY start_us, request_id
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_us))) AS busy_us
+    FROM spans
+)
 SELECT
     q.run_id,
     q.concurrency,
@@ -132,10 +143,10 @@ SELECT
     quantile_cont(q.tps, 0.01) AS p1_tps,
     avg(q.output_tokens) FILTER (WHERE q.ok) AS mean_output_tokens,
     avg(q.input_tokens) FILTER (WHERE q.ok) AS mean_prompt_tokens,
-    CASE WHEN count(*) FILTER (WHERE q.ok) > 0 AND max(q.ended_at) > min(q.sent_at)
-         THEN sum(q.output_tokens) FILTER (WHERE q.ok)
-              / (epoch_us(max(q.ended_at)) - epoch_us(min(q.sent_at))) * 1e6 END
+    CASE WHEN count(*) FILTER (WHERE q.ok) > 0 AND sum(q.busy_us) > 0
+         THEN sum(q.output_tokens) FILTER (WHERE q.ok) / sum(q.busy_us) * 1e6 END
         AS throughput_tps,
+    sum(q.busy_us) / 1e6 AS busy_s,
     max(p.ordinal) IS NOT NULL AS probe,
     quantile_cont(epoch_us(q.sent_at) - epoch_us(q.scheduled_at), 0.5) / 1000.0
         AS p50_send_lag_ms,
@@ -187,7 +198,7 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("requests", "turn", "INTEGER"), ("requests", "cached_tokens", "INTEGER"),
             ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE"),
             ("server_stats", "repeat", "INTEGER"), ("server_metrics", "repeat", "INTEGER"),
-            ("request_figures", "tps", "DOUBLE")}
+            ("request_figures", "tps", "DOUBLE"), ("levels", "busy_s", "DOUBLE")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;

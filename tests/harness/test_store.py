@@ -10,7 +10,8 @@ from dataclasses import replace
 import duckdb
 import pytest
 
-from harness.results.metrics import stats_by_level
+from harness.results.metrics import level_stats, stats_by_level
+from harness.results.quantiles import busy_seconds
 from harness.results.store import Store, StoreError
 from harness.results.users import duty_cycle
 from tests.harness.fixtures import make_records
@@ -249,3 +250,24 @@ def test_connections_never_draw_duckdbs_progress_bar(store):
     proc = subprocess.run([sys.executable, "-c", script, str(store.path)], capture_output=True,
                           text=True, timeout=60)
     assert proc.stdout.strip() == "(False,)", proc.stderr
+
+
+def test_throughput_leaves_out_the_time_a_level_was_down(store):
+    """kill -9 after round 0, `--resume` an hour later: the level's tokens over the time its
+    requests were in flight, not over the outage (175 tok/s read as 49 before)."""
+    records = [r for r in make_records() if r.concurrency == 2 and r.ok]
+    first = {r.round for r in records}
+    resumed = [replace(r, sent_at=r.sent_at + 3600) for r in records if r.round != min(first)]
+    kept = [r for r in records if r.round == min(first)] + resumed
+    store.write_requests("run-a", kept)
+    together = level_stats(2, records, 128).throughput_tps
+    apart = level_stats(2, kept, 128).throughput_tps
+    assert apart == pytest.approx(together, rel=1e-9)  # the same requests, an hour apart
+    assert store.levels("run-a")[0]["throughput_tps"] == pytest.approx(apart, rel=1e-6)
+    spans = [(r.sent_at, r.sent_at + r.latency_ms / 1000) for r in kept]
+    assert store.levels("run-a")[0]["busy_s"] == pytest.approx(busy_seconds(spans), rel=1e-6)
+
+
+def test_busy_time_is_the_union_of_the_spans():
+    assert busy_seconds([(0, 2), (1, 3), (10, 11), (10.5, 10.7)]) == pytest.approx(4.0)
+    assert busy_seconds([(5, 5)]) == 0.0 and busy_seconds([]) == 0.0
