@@ -116,11 +116,16 @@ class _Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, exchange: _Exchange, data: bytes) -> int:
-        """Write the whole request in one call; returns the send time in ns."""
+        """Write the whole request in one call; returns the send time in ns. A connection the
+        server closed meanwhile ends the exchange `dropped` (a pooled one is then re-sent)."""
         self.exchange = exchange
         assert self.transport is not None
         sent_ns = time.perf_counter_ns()
-        self.transport.write(data)
+        if self.closed or self.transport.is_closing():  # uvloop's write would raise
+            exchange.finish(("dropped", "the server closed the connection before the request "
+                                        "was sent"))
+        else:
+            self.transport.write(data)
         return sent_ns
 
     def data_received(self, data: bytes) -> None:

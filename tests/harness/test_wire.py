@@ -4,6 +4,7 @@ Every test reads the record `stream_completion` fills, so the kind, status and f
 ones a sweep would store.
 """
 
+import asyncio
 import socket
 from collections.abc import Iterator
 
@@ -18,6 +19,8 @@ from harness.wire.client import (
     Clock,
     ConnectionPool,
     WireError,
+    _Connection,
+    _Exchange,
     build_request,
     get,
     stream_completion,
@@ -228,3 +231,33 @@ def test_the_preflight_get_uses_the_sweep_connection_code(mock_server):
     assert resp.status == 200 and resp.headers["content-type"] == "application/json"
     assert b'"mock-model"' in resp.body
 
+
+
+class _ClosingTransport:
+    """A transport the server has just closed: uvloop's write() would raise on it."""
+
+    written = b""
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        raise RuntimeError("unable to perform operation on a closed transport")
+
+
+def test_a_connection_closed_before_the_send_ends_the_request_dropped():
+    """A server that dies between requests closed a pooled connection under the harness:
+    the request is `dropped` (and re-sent once when pooled), not an exception in the run."""
+    async def scenario() -> _Exchange:
+        conn = _Connection()
+        conn.connection_made(_ClosingTransport())  # type: ignore[arg-type]
+        exchange = _Exchange(asyncio.get_running_loop().create_future())
+        conn.send(exchange, b"GET / HTTP/1.1\r\n\r\n")
+        await asyncio.wait_for(exchange.future, 1)
+        return exchange
+
+    exchange = asyncio.run(scenario())
+    assert exchange.error is not None and exchange.error[0] == "dropped"
