@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS requests (
     cached_tokens INTEGER,  -- usage.prompt_tokens_details.cached_tokens; NULL: not reported
     think_ms DOUBLE  -- `--mode users`: think time after this request; NULL: none followed
 );
+-- one row per request: a batch the writer sends again after a crash adds nothing
+CREATE UNIQUE INDEX IF NOT EXISTS requests_unique_id ON requests (run_id, request_id);
 CREATE TABLE IF NOT EXISTS server_stats (
     run_id VARCHAR,
     concurrency INTEGER,
@@ -212,6 +214,9 @@ ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS repeat INTEGER;
 ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS repeat INTEGER;
+-- two writers of one run could store a request twice before runs were locked: keep the first
+DELETE FROM requests WHERE rowid NOT IN
+    (SELECT min(rowid) FROM requests GROUP BY run_id, request_id);
 """
 
 
@@ -220,12 +225,18 @@ class StoreError(RuntimeError):
 
 
 def _outdated(con: duckdb.DuckDBPyConnection) -> bool:
-    """The file holds results from an older version: a runs table, but not today's columns."""
+    """The file holds results from an older version: a runs table, but not today's columns
+    or not the index that keeps request ids unique."""
     have = set(con.execute(
         "SELECT table_name, column_name, data_type FROM duckdb_columns() "
         "WHERE database_name = current_database()"
     ).fetchall())
-    return any(t == "runs" for t, _, _ in have) and not have >= _CURRENT
+    if not any(t == "runs" for t, _, _ in have):
+        return False
+    indexed = con.execute(
+        "SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() "
+        "AND index_name = 'requests_unique_id'").fetchone()
+    return not have >= _CURRENT or not (indexed and indexed[0])
 
 
 def _server_stats_row(row: dict) -> dict:
@@ -299,7 +310,12 @@ class Store:
                     else:
                         self._upgrade(con)
                 self._upgraded = True
-            yield con
+            try:
+                yield con
+            except (duckdb.IOException, duckdb.FatalException) as exc:  # a full disk, say
+                verb = "read" if read_only else "written"
+                raise StoreError(f"{self.path} could not be {verb}: "
+                                 f"{str(exc).splitlines()[0]}") from None
         finally:
             con.close()
 
@@ -307,7 +323,9 @@ class Store:
         try:
             con.execute("BEGIN")
             con.execute(_MIGRATIONS)
-            con.execute(_SCHEMA)  # the view again, with today's columns
+            con.execute("COMMIT")  # a unique index sees the duplicates' deletion only after it
+            con.execute("BEGIN")
+            con.execute(_SCHEMA)  # the views again, with today's columns, and the index
             con.execute("COMMIT")
         except duckdb.Error as exc:
             raise StoreError(f"cannot upgrade {self.path}, written by an older engram-bench: "
@@ -369,7 +387,8 @@ class Store:
         marks = ", ".join("?" for _ in rows[0])
         with self._connect() as con:
             con.execute("BEGIN")
-            con.executemany(f"INSERT INTO requests ({_REQUEST_COLUMNS}) VALUES ({marks})", rows)
+            con.executemany(
+                f"INSERT OR IGNORE INTO requests ({_REQUEST_COLUMNS}) VALUES ({marks})", rows)
             con.execute("COMMIT")
 
     def write_server_stats(

@@ -207,6 +207,8 @@ INSERT INTO runs (run_id, status, levels, rounds, output_tokens, measured_input_
     VALUES ('old', 'complete', [1], 1, 128, 127, '{}');
 INSERT INTO requests VALUES ('old', 1, 0, 0, 'old-c1-r0-w0', TIMESTAMP '2026-01-01 00:00:00',
     50.0, 900.0, 128, false, 141, 128, 9.0, 'length', true, NULL, NULL, 200);
+-- a second writer (no run lock yet) stored the same request again
+INSERT INTO requests SELECT * FROM requests;
 """
 
 
@@ -220,13 +222,25 @@ def test_a_database_of_the_old_schema_is_upgraded_when_opened(tmp_path, first_us
         assert store.run("old")["measured_input_tokens"] == 127
     else:  # `run` initialises the file first
         store.initialise()
-    [old] = store.requests("old")
+    [old] = store.requests("old")  # the duplicate is gone, and the index forbids another
     assert old.input_tokens == 141 and old.ok and old.retried is None
     assert store.levels("old")[0]["mean_prompt_tokens"] == 141
     store.update_run("old", measured_input_tokens=140.25)  # a mean keeps its fraction
     assert store.run("old")["measured_input_tokens"] == 140.25
-    store.write_requests("old", [replace(old, request_id="old-c1-r1-w0", round=1)])
+    store.write_requests("old", [replace(old, request_id="old-c1-r1-w0", round=1), old])
     assert len(Store(path).requests("old")) == 2
+
+
+def test_a_request_id_is_stored_once_however_often_it_is_written(store):
+    """A writer restarted after a crash sends its unacknowledged rounds again."""
+    records = make_records(levels=(2,))
+    store.write_requests("run-a", records[:4])
+    store.write_requests("run-a", records)
+    assert sorted(r.request_id for r in store.requests("run-a")) == sorted(
+        r.request_id for r in records)
+    with store.read_only() as con, pytest.raises(duckdb.Error):
+        con.execute("INSERT INTO requests (run_id, request_id) VALUES ('run-a', ?)",
+                    [records[0].request_id])
 
 
 def test_a_silent_resend_is_stored_and_exported(store, tmp_path):
