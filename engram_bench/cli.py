@@ -55,6 +55,7 @@ from runners.lifecycle import BundledServer, ManagedServer, ServerDied, ServerSt
 from runners.profiles import PROFILES, UnknownDevice, profile
 from runners.vllm import server as vllm
 
+EXIT_FAILED = 1  # the run started and stopped as failed, what it measured kept
 EXIT_USAGE = 2
 EXIT_ABORTED = 130
 
@@ -237,6 +238,10 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--no-server-metrics", dest="server_metrics", action="store_false",
                      help="do not scrape the target's Prometheus /metrics (default: scraped "
                           "every 0.5 s of each level, stored per level)")
+    run.add_argument("--keep-going", action="store_true",
+                     help="store a round in which no request could connect as errors and go "
+                          "on (default: the run stops as failed, the server having stopped "
+                          "answering)")
     run.add_argument("--label", default="", help="free text stored with the run (default: none)")
     run.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
     run.add_argument("--resume", metavar="RUN_ID",
@@ -330,7 +335,7 @@ def _prompt_spec(args: argparse.Namespace) -> str:
 # `run --resume` takes these as given: where the server is now, where results go, how they are
 # judged and shown. Every other flag is part of the run, which continues as it was started.
 RESUME_FREE = {"command", "resume", "url", "api_key", "db", "no_progress", "json", "tps_min",
-               "ttft_max_ms", "statistic", "chat_factor", "agentic_factor"}
+               "ttft_max_ms", "statistic", "chat_factor", "agentic_factor", "keep_going"}
 RESUME_STORED_AS = {"request_timeout": "request_timeout_s", "connect_timeout": "connect_timeout_s",
                     "stall_timeout": "stall_timeout_s", "duration": "duration_s",
                     "think_time": "think_s"}
@@ -375,7 +380,7 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
             raise UserError(f"--resume continues run {run['run_id']} as it was started, so "
                             f"{', '.join(conflicts)} cannot change it: drop "
                             f"{'them' if len(conflicts) > 1 else 'it'}, or start a new run")
-        config = stored
+        config = replace(stored, keep_going=args.keep_going)
         if args.url:
             config = replace(config, url=args.url, server_args=())
         return config, run["run_id"]
@@ -415,7 +420,7 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         duration_s=args.duration, repeat=args.repeat, turns=args.turns,
         profile=args.profile or ("chat" if args.mode == "users" and args.duty_cycle is None
                                  and args.think_time is None else ""),
-        duty_cycle=args.duty_cycle, think_s=args.think_time,
+        duty_cycle=args.duty_cycle, think_s=args.think_time, keep_going=args.keep_going,
     )
     return config, None
 
@@ -497,7 +502,7 @@ def _handle_interrupts() -> None:
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from harness.run.progress import LevelProgress
-    from harness.run.session import execute, new_run_id
+    from harness.run.session import RunFailed, execute, new_run_id
 
     _handle_interrupts()
     targets = _targets(args)
@@ -527,6 +532,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             store.run(run_id)
             store.finish_run(run_id, "failed", str(exc))
         raise
+    except RunFailed as exc:
+        progress.stop()
+        print(f"engram-bench: run {run_id} failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt as exc:
         progress.stop()
         print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "

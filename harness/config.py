@@ -131,6 +131,7 @@ class RunConfig:
     duty_cycle: float | None = None  # mode users: share of a user's time with a request running
     think_s: float | None = None  # mode users: a fixed mean think time instead of a duty cycle
     turns: int = 1  # requests per conversation: each turn resends the conversation so far
+    keep_going: bool = False  # go on when a whole round cannot connect (else the run fails)
 
     def __post_init__(self) -> None:
         self._check_rate_mode()

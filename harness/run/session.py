@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from harness import __version__
 from harness.config import ConfigError, RunConfig, StoredRun
 from harness.records import RequestRecord
+from harness.results import spill
 from harness.results.metrics import (
     LevelStats,
     Targets,
@@ -30,13 +31,13 @@ from harness.results.metrics import (
     prompt_warning,
 )
 from harness.results.report import describe_server_table, search_plan, server_table
-from harness.results.store import Store
+from harness.results.store import Store, StoreError
 from harness.run.limits import ensure_open_files
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
 from harness.run.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
 from harness.run.workload import Calibration, calibrate, payload
-from harness.run.writer import BackgroundWriter
+from harness.run.writer import BackgroundWriter, WriterError
 from harness.wire import target
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.wire.endpoint import Endpoint
@@ -46,6 +47,23 @@ from harness.wire.scraper import Scraper
 # hold the probe's mean to ~1.4 % (with 4, a level of 8 requests missed +-5 % about 2 % of
 # the time in a simulation with this project's tokenizer; with 8, 0.3 %)
 CALIBRATION_SAMPLES = 8
+
+
+class RunFailed(RuntimeError):
+    """The run stopped as failed (stored so), with what it measured kept; one sentence."""
+
+
+class ServerStoppedAnswering(RuntimeError):
+    """A whole round could not connect: the target is gone (unless --keep-going)."""
+
+
+def stopped_answering(records: list[RequestRecord]) -> str | None:
+    """Why a finished round says the server is gone: none of its requests could connect."""
+    if not records or any(r.error_kind != "connect_error" for r in records):
+        return None
+    r = records[0]
+    where = f"R={r.rate:g} req/s" if r.rate is not None else f"C={r.concurrency}, round {r.round}"
+    return f"the server stopped answering at {where} ({r.error_message})"
 
 
 @dataclass(slots=True)
@@ -127,6 +145,10 @@ async def execute(
     config = replace(config, model=info.model, engine=config.engine or info.engine)
     pool = await target.kv_pool_tokens(endpoint) if config.server_metrics else None
     config.check_server_limits(info.max_model_len, pool)
+    if info.max_model_len is None:
+        progress.message(f"the server does not say its context length (max_model_len), so "
+                         f"requests of {config.longest_request_tokens} tokens cannot be "
+                         "checked against it")
     clock = Clock()
     server = server_table(await target.fetch_stats(endpoint))
     if server:
@@ -155,15 +177,27 @@ async def execute(
                               "since it started, so its missing rounds cannot be rebuilt alike")
         words = stored.prompt_words
         store.update_run(run_id, status="running", finished_at=None, error=None)
+        for path, rows in spill.pending(store.path, run_id):  # measured when the disk was full
+            store.write_requests(run_id, rows)
+            path.unlink()
+            progress.message(f"stored the {len(rows)} rows kept in {path}")
     if words is not None:
         prompts = prompts.sized(words)
     done = store.done_clusters(run_id)
     progress.message(f"run {run_id}: {_describe_load(config)}, target {endpoint.base_url} "
                      f"model {config.model}")
     sweep = Sweep(config, endpoint, run_id, prompts, clock)
-    writer = BackgroundWriter(store, run_id)
+    writer = BackgroundWriter(store, run_id, lambda rows: progress.message(
+        f"the results writer process died: restarted it, and sent the {rows} rows it had not "
+        "stored again"))
     scraper = Scraper(endpoint) if config.server_metrics else None
     outcomes: list[LevelOutcome] = []
+
+    def commit(records: list[RequestRecord]) -> None:
+        """A finished round to the writer; the run stops if it shows the server is gone."""
+        writer.submit(records)
+        if not config.keep_going and (why := stopped_answering(records)):
+            raise ServerStoppedAnswering(why)
     try:
         if config.warmup and not resume:  # before the first level's scrape: left out
             first = config.levels[0] if config.levels else 1
@@ -178,7 +212,7 @@ async def execute(
             progress.start_level(c, total)
             outcome = await run()
             rows, notes = await scraper.stop() if scraper else ([], [])
-            await asyncio.to_thread(writer.drain)
+            await writer.flush()
             stats = level_stats(c, outcome.records, config.output_tokens, rate)
             progress.end_level(stats)
             for note in notes:
@@ -201,7 +235,7 @@ async def execute(
 
         async def measure(c: int, repeat: int, todo: list[int]) -> None:
             await level(c, None, c * len(todo),
-                        lambda: sweep.run_level(c, todo, writer.submit, progress.advance,
+                        lambda: sweep.run_level(c, todo, commit, progress.advance,
                                                 repeat), repeat)
 
         async def measure_missing(c: int) -> None:
@@ -219,18 +253,24 @@ async def execute(
         for rate in config.rates:
             if rate not in done_rates:
                 await level(0, rate, len(sweep.schedule(rate)),
-                            functools.partial(sweep.run_rate, rate, writer.submit,
+                            functools.partial(sweep.run_rate, rate, commit,
                                               progress.advance))
         if config.search:
             how = await _search(config, store, run_id, targets or Targets(), measure_missing)
             progress.message(how)
     except (asyncio.CancelledError, KeyboardInterrupt):
-        _close_quietly(writer)
-        store.finish_run(run_id, "aborted", "interrupted by the user")
+        kept = _keep_unwritten(writer, store, run_id)
+        _finish(store, run_id, "aborted", "interrupted by the user")
+        if kept:
+            progress.message(kept)
         raise
+    except (WriterError, StoreError, ServerStoppedAnswering) as exc:
+        kept = _keep_unwritten(writer, store, run_id)
+        _finish(store, run_id, "failed", str(exc))
+        raise RunFailed(f"{exc}{'; ' + kept if kept else ''}") from None
     except Exception as exc:
-        _close_quietly(writer)
-        store.finish_run(run_id, "failed", str(exc) or type(exc).__name__)
+        _keep_unwritten(writer, store, run_id)
+        _finish(store, run_id, "failed", str(exc) or type(exc).__name__)
         raise
     finally:
         sweep.close()
@@ -293,9 +333,28 @@ def _describe_lag(stats: LevelStats) -> str:
     return f"{line}; warning: {stats.lag_warning}" if stats.lag_warning else line
 
 
-def _close_quietly(writer: BackgroundWriter) -> None:
-    """Keep every round already finished; a write error here must not mask the first one."""
+def _keep_unwritten(writer: BackgroundWriter, store: Store, run_id: str) -> str | None:
+    """Close the writer, and put what it could not store into a spill file that `--resume`
+    imports; a sentence saying where, or None when everything is on disk. A write error here
+    must not mask the one that stopped the run."""
     try:
         writer.close()
     except Exception:
+        pass
+    rows = writer.unwritten
+    if not rows:
+        return None
+    try:
+        path = spill.write(store.path, run_id, rows)
+    except spill.SpillError as exc:
+        return str(exc)
+    return (f"the {len(rows)} measured rows not yet stored are kept in {path}, and "
+            f"`run --resume {run_id} --db {store.path}` stores them")
+
+
+def _finish(store: Store, run_id: str, status: str, error: str) -> None:
+    """Mark the run stopped; on a full disk even that may fail, and the resume is the same."""
+    try:
+        store.finish_run(run_id, status, error)
+    except StoreError:
         pass

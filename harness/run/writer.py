@@ -3,20 +3,30 @@
 Opening and closing the DuckDB file for each round (so readers get in between) costs ~25 ms
 of CPU in DuckDB 2.x. In a thread that would hold the GIL next to the event loop that
 timestamps chunks; in its own process it costs the measurement nothing.
+
+The run keeps every round until the writer acknowledges it. A writer that dies is started
+again and sent what it had not acknowledged (request ids are unique in the file, so a round
+it had committed unacknowledged is not stored twice). A round the writer could not store
+stops the run at its next round: `unwritten` then holds everything not on disk.
 """
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import os
 import queue
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.records import RequestRecord
 from harness.results.store import Store
 
 _POLL_S = 0.5
+_FLUSH_POLL_S = 0.01
+MAX_RESTARTS = 3  # deaths in a row, with nothing acknowledged between them
 
 
 def _serve(db_path: str, lock_timeout_s: float, run_id: str, inbox: mp.Queue, acks: mp.Queue,
@@ -26,18 +36,19 @@ def _serve(db_path: str, lock_timeout_s: float, run_id: str, inbox: mp.Queue, ac
     store = Store(Path(db_path), lock_timeout_s)
     while True:
         try:
-            batch = inbox.get(timeout=_POLL_S)
+            item = inbox.get(timeout=_POLL_S)
         except queue.Empty:
             if os.getppid() != parent:  # parent killed: what was queued is written, so stop
                 return
             continue
-        if batch is None:
+        if item is None:
             return
+        seq, batch = item
         try:
             store.write_requests(run_id, batch)
-            acks.put(None)
+            acks.put((seq, None))
         except Exception as exc:
-            acks.put(str(exc) or type(exc).__name__)
+            acks.put((seq, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
 
 
 class WriterError(RuntimeError):
@@ -45,38 +56,88 @@ class WriterError(RuntimeError):
 
 
 class BackgroundWriter:
-    """`submit` a finished round; `drain` waits until every submitted round is on disk."""
+    """`submit` a finished round; `flush` (or `drain`) waits until every one is on disk."""
 
-    def __init__(self, store: Store, run_id: str) -> None:
-        ctx = mp.get_context("spawn")
-        self._inbox: mp.Queue = ctx.Queue()
-        self._acks: mp.Queue = ctx.Queue()
-        self._pending = 0
+    def __init__(self, store: Store, run_id: str,
+                 on_restart: Callable[[int], None] | None = None) -> None:
+        """`on_restart(rows)`: a dead writer was started again and sent `rows` again."""
+        self._on_restart = on_restart
+        self._ctx = mp.get_context("spawn")
+        self._args = (str(store.path), store.lock_timeout_s, run_id)
+        self._unacked: dict[int, list[RequestRecord]] = {}
+        self._seq = 0
         self._error: str | None = None
-        self._proc = ctx.Process(
+        self._deaths = 0
+        self._start()
+
+    def _start(self) -> None:
+        self._inbox: mp.Queue = self._ctx.Queue()
+        self._acks: mp.Queue = self._ctx.Queue()
+        self._proc = self._ctx.Process(
             target=_serve, name="round-writer", daemon=True,
-            args=(str(store.path), store.lock_timeout_s, run_id, self._inbox, self._acks,
-                  os.getpid()),
-        )
+            args=(*self._args, self._inbox, self._acks, os.getpid()))
         self._proc.start()
 
     def submit(self, records: list[RequestRecord]) -> None:
-        self._inbox.put(records)
-        self._pending += 1
+        """Queue a round; raise WriterError if an earlier one could not be stored."""
+        self._seq += 1
+        self._unacked[self._seq] = records
+        self._inbox.put((self._seq, records))
+        self._collect()
+        self._check()
 
-    def drain(self) -> None:
-        """Block until the writer acknowledged every batch; raise the first write error."""
-        while self._pending:
+    @property
+    def unwritten(self) -> list[RequestRecord]:
+        """Every row submitted and not acknowledged as stored, in the order submitted."""
+        return [r for seq in sorted(self._unacked) for r in self._unacked[seq]]
+
+    def _collect(self) -> None:
+        """Take the acknowledgements that arrived; restart a writer that died."""
+        while True:
             try:
-                error = self._acks.get(timeout=_POLL_S)
+                seq, error = self._acks.get_nowait()
             except queue.Empty:
-                if not self._proc.is_alive():
-                    raise WriterError("the results writer process died") from None
-                continue
-            self._pending -= 1
-            self._error = self._error or error
+                break
+            if error is None:
+                self._unacked.pop(seq, None)
+                self._deaths = 0
+            else:
+                self._error = self._error or error
+        if self._unacked and not self._error and not self._proc.is_alive():
+            self._restart()
+
+    def _restart(self) -> None:
+        self._deaths += 1
+        if self._deaths > MAX_RESTARTS:
+            self._error = f"the results writer process died {MAX_RESTARTS + 1} times in a row"
+            return
+        self._start()
+        for seq in sorted(self._unacked):
+            self._inbox.put((seq, self._unacked[seq]))
+        if self._on_restart:
+            self._on_restart(len(self.unwritten))
+
+    def _check(self) -> None:
         if self._error:
             raise WriterError(f"results could not be stored: {self._error}")
+
+    async def flush(self) -> None:
+        """Wait until every submitted round is on disk (cancellable: nothing is dropped)."""
+        while True:
+            self._collect()
+            self._check()
+            if not self._unacked:
+                return
+            await asyncio.sleep(_FLUSH_POLL_S)
+
+    def drain(self) -> None:
+        """`flush`, blocking: for the run's end, outside the measured levels."""
+        while True:
+            self._collect()
+            self._check()
+            if not self._unacked:
+                return
+            time.sleep(_FLUSH_POLL_S)
 
     def close(self) -> None:
         """Write what is queued, then stop the writer process."""

@@ -238,6 +238,10 @@ def test_a_run_being_measured_cannot_be_resumed_by_a_second_process(mock_process
     assert second.returncode == 2, second.stderr
     assert f"run {run_id} is being measured by another engram-bench process" in second.stderr
     assert proc.poll() is None  # the first goes on, untouched
+    _wait_for_rounds(db, 3, proc)
+    with Store(db).read_only() as con:  # the two never wrote the same request
+        assert con.execute("SELECT count(*) - count(DISTINCT request_id) FROM requests"
+                           ).fetchone() == (0,)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
     _assert_complete_after_resume(db, run_id, url)  # its lock went with it
