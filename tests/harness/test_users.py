@@ -194,3 +194,18 @@ def test_every_stored_request_is_sent_once_all_users_have_begun(tmp_path, mock_p
     alone = [at for rid, at in read.items() if rid.endswith("-lead-c4-r0-w4")]
     assert len(alone) == 1 and alone[0] < min(at for rid, at in read.items()
                                               if "-lead-c4-" in rid and rid[-3:] != "-w4")
+
+
+def test_a_server_that_does_not_say_its_context_is_told_once(tmp_path, mock_server):
+    """A length no server limit can be checked against is not checked in silence."""
+    db = tmp_path / "ctx.duckdb"
+    silent = run_cli("run", "--url", mock_server.url, "--levels", "1,2", "--rounds", "1",
+                     "--db", str(db), "--output-tokens", "8")
+    assert silent.returncode == 0, silent.stderr
+    said = " ".join(silent.stderr.split())
+    assert said.count("does not say its context length") == 1
+    assert "requests of 136 tokens cannot be checked against it" in said
+    mock_server.configure(context_tokens=4096)
+    told = run_cli("run", "--url", mock_server.url, "--levels", "1", "--rounds", "1",
+                   "--db", str(db), "--output-tokens", "8")
+    assert told.returncode == 0 and "context length" not in told.stderr
