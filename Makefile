@@ -53,7 +53,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -91,6 +91,10 @@ docs: $(ALL)
 
 test: $(ALL) lint docs
 	$(BIN)/python -m pytest
+
+# Stops at random moments of a run, 20 SIGTERM and 20 Ctrl-C (~2 min; .ci/run calls it too).
+test-faults: $(ALL)
+	ENGRAM_TEST_FAULTS=1 $(BIN)/python -m pytest tests/faults
 
 # The harness against a real engine: vLLM's CPU build in .venv-vllm (installed when missing).
 test-vllm: $(ALL)

@@ -484,9 +484,14 @@ def _target(config: RunConfig, console: Console) -> Iterator[str]:
             raise ServerDied(server.death)
 
 
+_KILLS: list[int] = []  # the kill signals received, for a stop whose exception DuckDB swallowed
+
+
 def _exit_status(stop: KeyboardInterrupt) -> int:
     """130 for Ctrl-C, 128 + the signal for a kill (143 for SIGTERM), as shells report them."""
-    return 128 + stop.signum if isinstance(stop, aio.Stopped) else EXIT_ABORTED
+    if isinstance(stop, aio.Stopped):
+        return 128 + stop.signum
+    return 128 + _KILLS[-1] if _KILLS else EXIT_ABORTED
 
 
 def _handle_interrupts() -> None:
@@ -494,6 +499,7 @@ def _handle_interrupts() -> None:
     shell starts with SIGINT ignored), and `kill` of a bench behaves like Ctrl-C: the run is
     marked aborted, the server stopped."""
     def handler(signum: int, frame: object) -> None:  # outside the event loop (aio.run)
+        _KILLS.append(signum)
         raise aio.Stopped(signum)
 
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -239,6 +239,12 @@ def _outdated(con: duckdb.DuckDBPyConnection) -> bool:
     return not have >= _CURRENT or not (indexed and indexed[0])
 
 
+def _has_schema(con: duckdb.DuckDBPyConnection) -> bool:
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'runs' "
+                        "AND database_name = current_database()").fetchone()
+    return bool(found and found[0])
+
+
 def _server_stats_row(row: dict) -> dict:
     """/stats before and after one level, parsed; `rate` only on a rate level's row."""
     rate = row.pop("rate")
@@ -295,6 +301,16 @@ class Store:
     def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short connection; the first one of this Store upgrades a file an older version
         wrote (briefly opening it for writing when a reader found it outdated)."""
+        try:
+            with self._connection(read_only) as con:
+                yield con
+        except RuntimeError as exc:  # DuckDB turns a signal handler's exception into this
+            if str(exc) == "Query interrupted":
+                raise KeyboardInterrupt from None
+            raise
+
+    @contextlib.contextmanager
+    def _connection(self, read_only: bool) -> Iterator[duckdb.DuckDBPyConnection]:
         con = self._open(read_only)
         try:
             if not self._upgraded:
@@ -429,7 +445,12 @@ class Store:
         if not self.path.exists():
             return []
         with self._connect(read_only=True) as con:
-            cur = con.execute(sql, list(params))
+            try:
+                cur = con.execute(sql, list(params))
+            except duckdb.CatalogException:
+                if _has_schema(con):
+                    raise
+                return []  # a file a stopped run created before its schema: holds nothing
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 

@@ -285,3 +285,12 @@ def test_throughput_leaves_out_the_time_a_level_was_down(store):
 def test_busy_time_is_the_union_of_the_spans():
     assert busy_seconds([(0, 2), (1, 3), (10, 11), (10.5, 10.7)]) == pytest.approx(4.0)
     assert busy_seconds([(5, 5)]) == 0.0 and busy_seconds([]) == 0.0
+
+
+def test_a_file_created_before_its_schema_reads_as_holding_no_runs(tmp_path):
+    """A run stopped while it created its results file leaves an empty DuckDB file."""
+    path = tmp_path / "empty.duckdb"
+    duckdb.connect(str(path)).close()
+    assert Store(path).runs() == []
+    with pytest.raises(StoreError, match="holds no runs yet"):
+        Store(path).run("latest")
