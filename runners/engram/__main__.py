@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from runners.engram.api import create_app
+    from runners.engram.http_server import server_config
     from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
 
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 2) - 1))
@@ -99,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
           f"compute {runtime.device}): {runtime.describe_table()}; {runtime.describe_kv()}",
           flush=True)
     try:
-        uvicorn.run(create_app(runtime, args.api_key), host=args.host, port=args.port,
-                    log_level="warning")
+        uvicorn.Server(server_config(create_app(runtime, args.api_key), args.host,
+                                     args.port)).run()
     finally:
         runtime.close()
     return 0

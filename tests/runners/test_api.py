@@ -229,3 +229,39 @@ def test_a_client_that_leaves_before_its_body_leaves_no_traceback(tmp_path, capf
         assert httpx.get(live.url + "/health").status_code == 200
     err = capfd.readouterr().err
     assert "ClientDisconnect" not in err and "Traceback" not in err, err[-2000:]
+
+
+def _closed_by_server(sock: socket.socket, within_s: float) -> bool:
+    sock.settimeout(within_s)
+    try:
+        while sock.recv(4096):
+            pass  # a response before the close is fine (the keep-alive case reads one)
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_a_request_head_that_never_completes_is_timed_out(tmp_path):
+    """Half a head used to hold its connection for good (300 held for 60 s)."""
+    with LiveServer(Runtime(options(tmp_path)), header_timeout_s=0.5) as live:
+        addr = ("127.0.0.1", live.port)
+        partial = [socket.create_connection(addr) for _ in range(50)]
+        for sock in partial:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+        silent = socket.create_connection(addr)  # connects, sends nothing
+        kept = socket.create_connection(addr)  # one full request, then half of the next
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b"200 OK" in kept.recv(4096)
+        kept.sendall(b"GET /health HTTP/1.1\r\n")
+        slow = socket.create_connection(addr)  # a whole head in pieces, inside the deadline
+        for piece in (b"GET /health HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
+            slow.sendall(piece)
+            time.sleep(0.1)
+        assert b"200 OK" in slow.recv(4096)
+        for sock in [*partial, silent, kept]:
+            assert _closed_by_server(sock, within_s=5)
+            sock.close()
+        slow.close()
+        assert httpx.get(live.url + "/health").status_code == 200
