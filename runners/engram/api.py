@@ -28,6 +28,7 @@ from runners.engram.protocol import (
     reject_unsupported,
 )
 from runners.engram.runtime import Runtime
+from runners.engram.serving import off_loop_if_long, prompt_chars
 from runners.engram.stats import ServerStats
 from runners.engram.table_store import TableCacheError
 
@@ -102,7 +103,8 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
         reject_unsupported(data)
         req = _validate(model, data)
         x_request_id = request.headers.get("x-request-id")
-        call = serving.start(req, time.monotonic(), x_request_id)
+        received = time.monotonic()
+        call = serving.start(req, received, x_request_id, await serving.tokenized(req))
         echo = {"X-Request-Id": x_request_id} if x_request_id else {}
         if req.stream:
             return StreamingResponse(serving.stream(call), media_type="text/event-stream",
@@ -127,9 +129,12 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
     async def tokenize(request: Request) -> dict:
         req = _validate(TokenizeRequest, await _json_body(request))
         if req.messages:
-            ids = serving.tokenizer.chat_prompt([m.model_dump() for m in req.messages])
+            messages = [m.model_dump() for m in req.messages]
+            ids = await off_loop_if_long(prompt_chars(req),
+                                         lambda: serving.tokenizer.chat_prompt(messages))
         elif req.prompt is not None:
-            ids = serving.tokenizer.encode(req.prompt)
+            prompt = req.prompt
+            ids = await off_loop_if_long(len(prompt), lambda: serving.tokenizer.encode(prompt))
         else:
             raise APIError(400, "give prompt or messages", param="prompt")
         return {"tokens": ids, "count": len(ids), "max_model_len": serving.max_seq}

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from runners.engram.engine import Engine
 from runners.engram.latency import RequestTimes, ServerLatency
-from runners.engram.protocol import APIError, ChatRequest, CompletionRequest
+from runners.engram.protocol import APIError, ChatRequest, CompletionRequest, TokenizeRequest
 from runners.engram.request_log import RequestLog
 from runners.engram.scheduler import SamplingParams, Sequence
-from runners.engram.tokenizer import EngramTokenizer, StreamDecoder
+from runners.engram.tokenizer import LONG_TEXT_CHARS, EngramTokenizer, StreamDecoder
 
 _ids = itertools.count()
 
@@ -49,6 +49,19 @@ class Call:
         return "error" if self.finish_reason == "error" else "ok"
 
 
+def prompt_chars(req: ChatRequest | CompletionRequest | TokenizeRequest) -> int:
+    """Characters of text a request asks to tokenize."""
+    text = sum(len(m.content) for m in getattr(req, "messages", None) or ())
+    prompt = getattr(req, "prompt", None)
+    return text + (len(prompt) if isinstance(prompt, str) else 0)
+
+
+async def off_loop_if_long(chars: int, tokenize: Callable[[], list[int]]) -> list[int]:
+    """A long text in a thread (1 MB stalled the loop 0.3-0.65 s); a short one stays on the
+    loop, where a thread hop would cost more than it saves."""
+    return tokenize() if chars < LONG_TEXT_CHARS else await asyncio.to_thread(tokenize)
+
+
 class Serving:
     def __init__(self, engine: Engine, tokenizer: EngramTokenizer, model_name: str,
                  request_log: RequestLog | None = None) -> None:
@@ -58,6 +71,11 @@ class Serving:
         self.max_seq = engine.cfg.max_seq
         self.latency = ServerLatency()
         self.request_log = request_log
+
+    async def tokenized(self, req: ChatRequest | CompletionRequest) -> list[int]:
+        """The prompt's ids; a long one is tokenized in a thread (the tokenizer lets go of
+        the GIL), so /health and the streams in flight keep their event loop meanwhile."""
+        return await off_loop_if_long(prompt_chars(req), lambda: self.prompt_ids(req))
 
     def prompt_ids(self, req: ChatRequest | CompletionRequest) -> list[int]:
         if isinstance(req, ChatRequest):
@@ -71,20 +89,23 @@ class Serving:
                            f"(0 to {vocab - 1})", param="prompt")
         return req.prompt
 
-    def sequence(self, req: ChatRequest | CompletionRequest) -> Sequence:
+    def sequence(self, req: ChatRequest | CompletionRequest,
+                 ids: list[int] | None = None) -> Sequence:
+        """`ids`: the prompt already tokenized (off the loop, see `tokenized`)."""
         if req.model != self.model_name:
             raise APIError(404, f"The model `{req.model}` does not exist; this server serves "
                            f"`{self.model_name}`.", code="model_not_found", param="model")
-        ids = self.prompt_ids(req)
+        field = "messages" if isinstance(req, ChatRequest) else "prompt"
+        ids = self.prompt_ids(req) if ids is None else ids
         if not ids:
-            raise APIError(400, "the prompt is empty", param="prompt")
+            raise APIError(400, "the prompt is empty", param=field)
         max_tokens = req.requested_tokens
         if max_tokens <= 0:
             raise APIError(400, f"max_tokens must be at least 1, not {max_tokens}",
                            param="max_tokens")
         if len(ids) >= self.max_seq:
             raise APIError(400, f"the prompt has {len(ids)} tokens; this model's context is "
-                           f"{self.max_seq} tokens", param="messages")
+                           f"{self.max_seq} tokens", param=field)
         if len(ids) + max_tokens > self.max_seq:
             raise APIError(400, f"max_tokens {max_tokens} plus the {len(ids)}-token prompt "
                            f"exceeds the {self.max_seq}-token context", param="max_tokens")
@@ -100,9 +121,9 @@ class Serving:
         return Sequence(f"cmpl-{next(_ids)}", ids, params)
 
     def start(self, req: ChatRequest | CompletionRequest, received: float,
-              x_request_id: str | None) -> Call:
+              x_request_id: str | None, ids: list[int] | None = None) -> Call:
         """Hand the request to the engine (before any response byte is sent)."""
-        seq = self.sequence(req)
+        seq = self.sequence(req, ids)
         times = RequestTimes(received)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int | None, str | None]] = asyncio.Queue()

@@ -7,7 +7,7 @@ import torch
 from runners.engram import table_file
 from runners.engram.geometry import EngramGeometry, is_prime
 from runners.engram.table_store import open_store
-from runners.engram.tokenizer import EngramTokenizer, StreamDecoder
+from runners.engram.tokenizer import LONG_TEXT_CHARS, EngramTokenizer, StreamDecoder
 
 QWEN = dict(layers=(2,), orders=(2, 3), heads=8, row_bytes=160)
 DEEPSEEK = dict(layers=(1, 14), orders=(2, 3, 4), heads=8, row_bytes=256)
@@ -48,6 +48,17 @@ def test_tokenizer_is_a_real_32k_subword_vocabulary():
     assert len(ids) < len("Hello, world! Engram tables live on NVMe.")  # subwords, not bytes
     prompt = tok.chat_prompt([{"role": "user", "content": "hi"}])
     assert prompt[0] == tok.im_start_id and prompt[-1] != tok.im_end_id
+
+
+def test_a_long_text_tokenizes_as_its_pieces_do():
+    """A text past LONG_TEXT_CHARS takes the batch path (GIL released): same ids as the
+    plain path gives the same words, sentence by sentence."""
+    tok = EngramTokenizer()
+    sentence = "Une phrase où l'Engram lit 12 KB par jeton. "
+    assert len(sentence * 2000) >= LONG_TEXT_CHARS
+    one = tok.encode(sentence.rstrip())
+    ids = tok.encode((sentence * 2000).rstrip())
+    assert ids[: len(one)] == one and len(ids) > 1000 * len(one)
 
 
 def test_stream_decoder_holds_back_partial_characters():

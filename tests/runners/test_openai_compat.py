@@ -1,6 +1,9 @@
 """OpenAI compatibility of the bundled server: what SDKs send is served, what it cannot do is a
 400 with an OpenAI error object (never a 500, never silently ignored), routing errors too."""
 
+import threading
+import time
+
 import httpx
 import openai
 import pytest
@@ -138,3 +141,38 @@ def test_a_lone_surrogate_is_a_400_not_a_crash(url, path, body):
                       headers={"content-type": "application/json"})
     error = openai_error(resp, 400)
     assert "lone surrogate" in error["message"]
+
+
+@pytest.mark.parametrize(("path", "field", "body"), [
+    ("/v1/completions", "prompt", lambda text: {"prompt": text}),
+    ("/v1/chat/completions", "messages",
+     lambda text: {"messages": [{"role": "user", "content": text}]}),
+])
+def test_a_megabyte_prompt_is_refused_naming_its_field_and_never_stalls_the_loop(
+        url, path, field, body):
+    """Tokenizing 1 MB takes a good part of a second: in a thread, so /health answers
+    meanwhile (it waited 0.3-0.65 s behind it on the event loop)."""
+    text = "lorem ipsum dolor sit amet " * 38_000  # 1 MB, just inside the body limit
+    health: list[float] = []
+    done = threading.Event()
+
+    def ping() -> None:
+        with httpx.Client(timeout=10) as client:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                assert client.get(url + "/health").status_code == 200
+                health.append(time.perf_counter() - t0)
+                time.sleep(0.005)
+
+    pinger = threading.Thread(target=ping)
+    pinger.start()
+    time.sleep(0.1)
+    t0 = time.perf_counter()
+    resp = httpx.post(url + path, json={"model": "tiny", "max_tokens": 4, **body(text)},
+                      timeout=60)
+    took = time.perf_counter() - t0
+    done.set()
+    pinger.join(15)
+    error = openai_error(resp, 400)
+    assert error["param"] == field and "this model's context is" in error["message"]
+    assert max(health) < took / 2, (max(health), took)  # the loop answered all along
