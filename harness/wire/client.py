@@ -413,6 +413,9 @@ def _fill(
     elif not ex.events:
         record.error_kind = "malformed"
         record.error_message = _not_a_stream(ex.parser, bytes(ex.body))
+    elif not stream.chunks and not record.output_tokens:  # [DONE] first, or a body cut short
+        record.error_kind = "malformed"
+        record.error_message = "the stream ended without a token"
 
 
 def _error_message(status: int, body: bytes) -> str:
