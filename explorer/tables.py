@@ -84,6 +84,13 @@ COLUMNS: dict[str, Column] = {
     "p10_tps": Column("TPS p10 (tok/s)", "number", TOKS),
     "p1_tps": Column("TPS p1 (tok/s)", "number", TOKS),
     "throughput_tps": Column("throughput (tok/s)", "number", TOKS),
+    "mean_tpot_ms": Column("mean TPOT (ms/token)", "number", "%.2f"),
+    "p50_tpot_ms": Column("p50 TPOT (ms/token)", "number", "%.2f"),
+    "p90_tpot_ms": Column("p90 TPOT (ms/token)", "number", "%.2f"),
+    "p99_tpot_ms": Column("p99 TPOT (ms/token)", "number", "%.2f"),
+    "p50_e2e_ms": Column("p50 E2E (ms)", "number", MS),
+    "p90_e2e_ms": Column("p90 E2E (ms)", "number", MS),
+    "p99_e2e_ms": Column("p99 E2E (ms)", "number", MS),
     "mean_output_tokens": Column("output tokens", "number", MEAN_COUNT),
     "mean_prompt_tokens": Column("prompt tokens", "number", MEAN_COUNT),
     "p50_send_lag_ms": Column("p50 send lag (ms)", "number", "%.2f"),
@@ -109,8 +116,9 @@ RUN_PINNED = ("max_c", "chat_users", "agentic_users")
 LEVEL_COLUMNS = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttft_ms",
                  "mean_tps", "p10_tps", "fails_because", "requests", "errors", "short_outputs",
                  "p50_ttft_ms", "p90_ttft_ms", "p50_tps", "p1_tps", "throughput_tps",
-                 "mean_output_tokens", "mean_prompt_tokens", "mean_cached_tokens",
-                 "p50_send_lag_ms", "p99_send_lag_ms")
+                 "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p50_e2e_ms",
+                 "p90_e2e_ms", "p99_e2e_ms", "mean_output_tokens", "mean_prompt_tokens",
+                 "mean_cached_tokens", "p50_send_lag_ms", "p99_send_lag_ms")
 
 # a rate run's levels (`run --mode rate`): keyed by the request rate, send lag up front
 RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps", "p10_tps",

@@ -51,6 +51,16 @@ class RequestRecord:
         return self.error_kind is None
 
     @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first: (latency - TTFT) / (output tokens - 1), the
+        tokens from usage, so a chunk that carries several tokens (speculative decoding)
+        counts each (the SQL form is the request_figures view's)."""
+        if (not self.ok or self.output_tokens < 2 or self.ttft_ms is None
+                or self.latency_ms is None):
+            return None
+        return (self.latency_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+    @property
     def tps(self) -> float | None:
         """Output tokens over the whole request time, TTFT included (docs/design.md)."""
         if not self.ok or not self.latency_ms:

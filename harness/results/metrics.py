@@ -37,6 +37,13 @@ class LevelStats:
     mean_output_tokens: float | None
     mean_prompt_tokens: float | None  # the server's usage.prompt_tokens: what was really sent
     throughput_tps: float | None
+    mean_tpot_ms: float | None = None  # time per output token after the first (per request)
+    p50_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    p50_e2e_ms: float | None = None  # the whole request, send to last byte
+    p90_e2e_ms: float | None = None
+    p99_e2e_ms: float | None = None
     rate: float | None = None  # mode rate: requests/s (concurrency is then 0)
     p50_send_lag_ms: float | None = None  # mode rate: actual - scheduled send time
     p99_send_lag_ms: float | None = None
@@ -87,6 +94,8 @@ def level_stats(
     ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
     tpss = [r.tps for r in good if r.tps is not None]
     tokens = [r.output_tokens for r in good]
+    tpots = [r.tpot_ms for r in good if r.tpot_ms is not None]
+    e2es = [r.latency_ms for r in good if r.latency_ms is not None]
     throughput = None
     if good:
         busy = busy_seconds([(r.sent_at, r.sent_at + (r.latency_ms or 0.0) / 1000)
@@ -109,6 +118,13 @@ def level_stats(
         mean_output_tokens=mean(tokens),
         mean_prompt_tokens=mean_prompt_tokens(good),
         throughput_tps=throughput,
+        mean_tpot_ms=mean(tpots),
+        p50_tpot_ms=quantile(tpots, 0.5),
+        p90_tpot_ms=quantile(tpots, 0.9),
+        p99_tpot_ms=quantile(tpots, 0.99),
+        p50_e2e_ms=quantile(e2es, 0.5),
+        p90_e2e_ms=quantile(e2es, 0.9),
+        p99_e2e_ms=quantile(e2es, 0.99),
         rate=rate,
         p50_send_lag_ms=lag.p50_ms if lag else None,
         p99_send_lag_ms=lag.p99_ms if lag else None,

@@ -48,7 +48,9 @@ _T = TypeVar("_T")
 FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
                  "mean_tps", "p50_tps", "p10_tps", "p1_tps")
 SUMMARY_LEVEL_FIELDS = ("concurrency", "requests", "errors", "short_outputs", *FIGURE_FIELDS,
-                        "mean_prompt_tokens", "mean_output_tokens", "throughput_tps")
+                        "mean_prompt_tokens", "mean_output_tokens", "throughput_tps",
+                        "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+                        "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms")
 RATE_LEVEL_FIELDS = ("rate", "p50_send_lag_ms", "p99_send_lag_ms")  # added for rate runs
 
 

@@ -107,11 +107,14 @@ CREATE TABLE IF NOT EXISTS probes (
     ordinal INTEGER
 );
 -- each request with what its row implies: TPS = output tokens / the whole request time, TTFT
--- included (the SQL form of harness.records.RequestRecord.tps), and when it ended
+-- included, and TPOT = the time per output token after the first (the SQL forms of
+-- harness.records.RequestRecord.tps and .tpot_ms), and when it ended
 CREATE OR REPLACE VIEW request_figures AS
 SELECT r.*,
     CASE WHEN r.ok AND r.latency_ms > 0
          THEN r.output_tokens / (r.latency_ms / 1000.0) END AS tps,
+    CASE WHEN r.ok AND r.output_tokens > 1 AND r.ttft_ms IS NOT NULL
+         THEN (r.latency_ms - r.ttft_ms) / (r.output_tokens - 1) END AS tpot_ms,
     r.sent_at + to_microseconds(CAST(round(r.latency_ms * 1000) AS BIGINT)) AS ended_at
 FROM requests r;
 -- a level is (concurrency, rate): rate levels have concurrency 0, the others rate NULL
@@ -143,6 +146,13 @@ SELECT
     quantile_cont(q.tps, 0.5) AS p50_tps,
     quantile_cont(q.tps, 0.1) AS p10_tps,
     quantile_cont(q.tps, 0.01) AS p1_tps,
+    avg(q.tpot_ms) AS mean_tpot_ms,
+    quantile_cont(q.tpot_ms, 0.5) AS p50_tpot_ms,
+    quantile_cont(q.tpot_ms, 0.9) AS p90_tpot_ms,
+    quantile_cont(q.tpot_ms, 0.99) AS p99_tpot_ms,
+    quantile_cont(q.latency_ms, 0.5) FILTER (WHERE q.ok) AS p50_e2e_ms,
+    quantile_cont(q.latency_ms, 0.9) FILTER (WHERE q.ok) AS p90_e2e_ms,
+    quantile_cont(q.latency_ms, 0.99) FILTER (WHERE q.ok) AS p99_e2e_ms,
     avg(q.output_tokens) FILTER (WHERE q.ok) AS mean_output_tokens,
     avg(q.input_tokens) FILTER (WHERE q.ok) AS mean_prompt_tokens,
     CASE WHEN count(*) FILTER (WHERE q.ok) > 0 AND sum(q.busy_us) > 0
@@ -200,7 +210,8 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("requests", "turn", "INTEGER"), ("requests", "cached_tokens", "INTEGER"),
             ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE"),
             ("server_stats", "repeat", "INTEGER"), ("server_metrics", "repeat", "INTEGER"),
-            ("request_figures", "tps", "DOUBLE"), ("levels", "busy_s", "DOUBLE")}
+            ("request_figures", "tps", "DOUBLE"), ("levels", "busy_s", "DOUBLE"),
+            ("request_figures", "tpot_ms", "DOUBLE"), ("levels", "p99_e2e_ms", "DOUBLE")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;

@@ -47,6 +47,13 @@ class LevelRow(TypedDict, total=False):
     mean_prompt_tokens: float | None
     mean_output_tokens: float | None
     throughput_tps: float | None
+    mean_tpot_ms: float | None
+    p50_tpot_ms: float | None
+    p90_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    p50_e2e_ms: float | None
+    p90_e2e_ms: float | None
+    p99_e2e_ms: float | None
     passes: bool
     fails_because: str | None
     rate: float | None

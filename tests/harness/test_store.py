@@ -49,7 +49,8 @@ def test_levels_view_matches_metrics(store):
             assert row[name] == getattr(stats, name), name
         for name in ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tps",
                      "p50_tps", "p10_tps", "p1_tps", "mean_output_tokens", "mean_prompt_tokens",
-                     "throughput_tps"):
+                     "throughput_tps", "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms",
+                     "p99_tpot_ms", "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms"):
             assert row[name] == pytest.approx(getattr(stats, name), rel=1e-6), name
 
 
@@ -58,12 +59,14 @@ def test_request_figures_view_is_the_python_tps_of_every_request(store):
     records[0].error_kind, records[1].latency_ms = "http_error", 0.0  # neither has a TPS
     store.write_requests("run-a", records)
     with store.read_only() as con:
-        sql = dict(con.execute("SELECT request_id, tps FROM request_figures").fetchall())
+        rows = con.execute("SELECT request_id, tps, tpot_ms FROM request_figures").fetchall()
+    sql = {rid: (tps, tpot) for rid, tps, tpot in rows}
     assert sql.keys() == {r.request_id for r in records}
     for r in records:
-        assert (sql[r.request_id] is None) == (r.tps is None), r.request_id
-        if r.tps is not None:
-            assert sql[r.request_id] == pytest.approx(r.tps, rel=1e-12)
+        for got, want in zip(sql[r.request_id], (r.tps, r.tpot_ms), strict=True):
+            assert (got is None) == (want is None), r.request_id
+            if want is not None:
+                assert got == pytest.approx(want, rel=1e-12)
 
 
 def test_levels_view_duty_cycle_and_turns_match_python(store):

@@ -1,0 +1,46 @@
+"""Time per output token from the server's token count, not from chunks: a stream of 4-token
+chunks (as speculative decoding sends) has a TPOT of a quarter of its chunk gap."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def test_tpot_counts_every_token_of_a_multi_token_chunk(sweep):
+    """4 tokens per chunk, 10 ms per chunk, 128 tokens: 32 chunks, so TPOT is
+    (32 - 1) x 10 ms / (128 - 1) = 2.44 ms, where a per-chunk reading would say 10 ms."""
+    swept = sweep({"ttft_ms": 20, "itl_ms": 2.5, "tokens_per_chunk": 4}, levels=(1,),
+                  rounds=8, output_tokens=128)
+    [level] = swept.store.levels(swept.run_id)
+    assert level["p50_tpot_ms"] == pytest.approx(31 * 10 / 127, rel=0.02)
+    # each request against the server's own clock: its first to its last write
+    server = {t.request_id: t for t in swept.server.server.timings}
+    for record in swept.store.requests(swept.run_id):
+        truth = server[record.request_id]
+        assert record.chunks == 32 and record.output_tokens == truth.tokens == 128
+        assert record.tpot_ms == pytest.approx(
+            (truth.last_write - truth.first_write) * 1000 / 127, rel=0.02)
+    assert level["p50_e2e_ms"] == pytest.approx(20 + 31 * 10, rel=0.05)
+
+
+def test_a_request_without_a_second_token_has_no_tpot(sweep):
+    swept = sweep(None, levels=(1,), rounds=2, output_tokens=1)
+    assert all(r.tpot_ms is None for r in swept.store.requests(swept.run_id))
+    assert swept.store.levels(swept.run_id)[0]["mean_tpot_ms"] is None
+
+
+def test_the_summary_json_gives_tpot_and_e2e_per_level(sweep):
+    swept = sweep({"ttft_ms": 5, "itl_ms": 1, "tokens_per_chunk": 2}, levels=(1, 2), rounds=2,
+                  output_tokens=16)
+    proc = run_cli("summary", "--db", str(swept.store.path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    levels = json.loads(proc.stdout)["levels"]
+    stored = {lv["concurrency"]: lv for lv in swept.store.levels(swept.run_id)}
+    for level in levels:
+        for name in ("mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+                     "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms"):
+            assert level[name] == pytest.approx(stored[level["concurrency"]][name], abs=1e-3), name
