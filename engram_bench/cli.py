@@ -34,6 +34,7 @@ from harness.config import (
 )
 from harness.config import PROFILES as USER_PROFILES
 from harness.results import report
+from harness.results.goodput import Slo, parse_slo
 from harness.results.metrics import STATISTICS, Targets, capacity, point, stats_by_level
 from harness.results.report import (
     CapacityCSVError,
@@ -122,6 +123,24 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agentic-factor", type=float, default=1.5,
                    help="agentic users per Max C")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _slo(text: str) -> Slo:
+    try:
+        return parse_slo(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_goodput_flags(p: argparse.ArgumentParser) -> None:
+    """Judged from the stored requests, so `run` and `summary` take them, not `capacity`."""
+    p.add_argument("--slo", type=_slo, metavar="KEY=MS,...",
+                   help="per-request objectives for goodput, any of ttft_ms, tpot_ms, e2e_ms "
+                        "(e.g. ttft_ms=1000,tpot_ms=50): each level then reports the share of "
+                        "its requests meeting all of them and such requests per second")
+    p.add_argument("--min-goodput", type=float, metavar="SHARE",
+                   help="a level passes only if at least this share of its requests met --slo "
+                        "(e.g. 0.9), beside the TTFT and TPS targets")
 
 
 def _add_connection_flags(run: argparse.ArgumentParser) -> None:
@@ -248,6 +267,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="run only the missing rounds of a run (default: a new run)")
     run.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     _add_target_flags(run)
+    _add_goodput_flags(run)
 
 
 class _Subcommand(argparse.ArgumentParser):
@@ -270,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a run id (default: latest, the newest run)")
     summary.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
     _add_target_flags(summary)
+    _add_goodput_flags(summary)
 
     cap = sub.add_parser("capacity", help="apply the capacity rules to a per-level CSV")
     cap.add_argument("--csv", type=Path, required=True,
@@ -297,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _targets(args: argparse.Namespace) -> Targets:
     try:
         return Targets(args.tps_min, args.ttft_max_ms, args.statistic, args.chat_factor,
-                       args.agentic_factor)
+                       args.agentic_factor, getattr(args, "slo", None),
+                       getattr(args, "min_goodput", None))
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -335,7 +357,8 @@ def _prompt_spec(args: argparse.Namespace) -> str:
 # `run --resume` takes these as given: where the server is now, where results go, how they are
 # judged and shown. Every other flag is part of the run, which continues as it was started.
 RESUME_FREE = {"command", "resume", "url", "api_key", "db", "no_progress", "json", "tps_min",
-               "ttft_max_ms", "statistic", "chat_factor", "agentic_factor", "keep_going"}
+               "ttft_max_ms", "statistic", "chat_factor", "agentic_factor", "keep_going",
+               "slo", "min_goodput"}
 RESUME_STORED_AS = {"request_timeout": "request_timeout_s", "connect_timeout": "connect_timeout_s",
                     "stall_timeout": "stall_timeout_s", "duration": "duration_s",
                     "think_time": "think_s"}
@@ -558,7 +581,8 @@ def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: C
     config = StoredRun.from_json(run["config"]).config
     found = (report.search_plan(store, run["run_id"], config, targets)
              if config and config.search and records else None)
-    summary = summarise(run, stats_by_level(records, run["output_tokens"]), records, targets,
+    summary = summarise(run, stats_by_level(records, run["output_tokens"], targets.slo),
+                        records, targets,
                         found, _paired_max_c(store, run, targets))
     if as_json:
         print(json.dumps(summary, default=str))
@@ -574,7 +598,8 @@ def _paired_max_c(store: Store, run: dict, targets: Targets) -> tuple[str, int] 
     closed = paired_closed_run(store.runs(), run)
     if closed is None:
         return None
-    stats = stats_by_level(store.requests(closed["run_id"]), closed["output_tokens"])
+    stats = stats_by_level(store.requests(closed["run_id"]), closed["output_tokens"],
+                           targets.slo)
     return closed["run_id"], capacity([point(s, targets.statistic) for s in stats],
                                       targets).max_c
 

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import dataclasses
 import json
+import random
 import re
 import ssl as ssl_module
 import threading
@@ -36,6 +37,8 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 class MockConfig:
     model: str = "mock-model"
     ttft_ms: float = 20.0
+    ttft_jitter_ms: float = 0.0  # each request's TTFT adds a uniform draw from [0, this),
+    # seeded by its X-Request-Id: the same request is as late on every run
     itl_ms: float = 2.0
     tokens_per_chunk: int = 1
     output_tokens: int | None = None  # None: honour max_tokens
@@ -259,6 +262,8 @@ class MockServer:
         if cfg.keepalive_comments:
             writer.write(_chunk(b": ping\n\n"))
         next_t = body_read + cfg.ttft_ms * (self.in_flight if cfg.shared_prefill else 1) / 1000
+        if cfg.ttft_jitter_ms:
+            next_t += random.Random(timing.request_id).uniform(0, cfg.ttft_jitter_ms) / 1000
         chunk_s = cfg.itl_ms * cfg.tokens_per_chunk / 1000
         sent = 0
         n_chunks = 0

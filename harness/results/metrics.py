@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.records import RequestRecord
+from harness.results.goodput import Slo, goodput
 from harness.results.quantiles import busy_seconds, mean, quantile
 from harness.results.send_lag import SendLag, send_lag
 
@@ -44,6 +45,8 @@ class LevelStats:
     p50_e2e_ms: float | None = None  # the whole request, send to last byte
     p90_e2e_ms: float | None = None
     p99_e2e_ms: float | None = None
+    goodput_share: float | None = None  # with an SLO: the share of requests meeting all of it
+    goodput_rps: float | None = None  # ... and such requests per second of busy time
     rate: float | None = None  # mode rate: requests/s (concurrency is then 0)
     p50_send_lag_ms: float | None = None  # mode rate: actual - scheduled send time
     p99_send_lag_ms: float | None = None
@@ -86,7 +89,7 @@ def _send_lag(records: Sequence[RequestRecord]) -> SendLag | None:
 
 def level_stats(
     concurrency: int, records: Sequence[RequestRecord], output_target: int,
-    rate: float | None = None,
+    rate: float | None = None, slo: Slo | None = None,
 ) -> LevelStats:
     """Statistics of one level. Throughput = successful output tokens / the level's busy time
     (while any of its requests was in flight), so an outage between resumed rounds is not in it."""
@@ -102,6 +105,7 @@ def level_stats(
                              for r in records])
         throughput = sum(tokens) / busy if busy > 0 else None
     lag = _send_lag(records)
+    share, rps = goodput(records, slo) if slo else (None, None)
     return LevelStats(
         concurrency=concurrency,
         requests=len(records),
@@ -125,6 +129,8 @@ def level_stats(
         p50_e2e_ms=quantile(e2es, 0.5),
         p90_e2e_ms=quantile(e2es, 0.9),
         p99_e2e_ms=quantile(e2es, 0.99),
+        goodput_share=share,
+        goodput_rps=rps,
         rate=rate,
         p50_send_lag_ms=lag.p50_ms if lag else None,
         p99_send_lag_ms=lag.p99_ms if lag else None,
@@ -132,13 +138,15 @@ def level_stats(
     )
 
 
-def stats_by_level(records: Iterable[RequestRecord], output_target: int) -> list[LevelStats]:
-    """One LevelStats per (concurrency, rate): concurrency levels first, then rates."""
+def stats_by_level(records: Iterable[RequestRecord], output_target: int,
+                   slo: Slo | None = None) -> list[LevelStats]:
+    """One LevelStats per (concurrency, rate): concurrency levels first, then rates; with
+    `slo`, each has its goodput."""
     by_level: dict[tuple[int, float | None], list[RequestRecord]] = {}
     for r in records:
         by_level.setdefault((r.concurrency, r.rate), []).append(r)
     keys = sorted(by_level, key=lambda k: (k[1] is not None, k[0], k[1] or 0.0))
-    return [level_stats(c, by_level[(c, rate)], output_target, rate) for c, rate in keys]
+    return [level_stats(c, by_level[(c, rate)], output_target, rate, slo) for c, rate in keys]
 
 
 @dataclass(slots=True, frozen=True)
@@ -150,6 +158,8 @@ class Targets:
     statistic: str = "mean"
     chat_factor: float = 4.0
     agentic_factor: float = 1.5
+    slo: Slo | None = None  # per-request objectives for goodput (none by default)
+    min_goodput: float | None = None  # a level passes only if this share met `slo`
 
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
@@ -160,6 +170,11 @@ class Targets:
                              "a number > 0")
         if not (0 <= self.chat_factor < math.inf and 0 <= self.agentic_factor < math.inf):
             raise ValueError("user factors must be finite numbers >= 0")
+        if self.min_goodput is not None:
+            if not 0 < self.min_goodput <= 1:
+                raise ValueError(f"--min-goodput is a share in (0, 1], not {self.min_goodput:g}")
+            if self.slo is None:
+                raise ValueError("--min-goodput needs --slo: the objectives a request must meet")
 
 
 @dataclass(slots=True, frozen=True)
@@ -170,6 +185,7 @@ class LevelPoint:
     ttft_ms: float | None
     tps: float | None
     errors: int | None = 0
+    goodput: float | None = None  # the share of requests meeting the SLO, where one was set
 
 
 # The statistic judged: TTFT at the percentile, TPS at the mirrored low percentile.
@@ -184,7 +200,7 @@ STATISTIC_FIELDS = {
 def point(stats: LevelStats, statistic: str = "mean") -> LevelPoint:
     ttft_field, tps_field = STATISTIC_FIELDS[statistic]
     return LevelPoint(stats.concurrency, getattr(stats, ttft_field), getattr(stats, tps_field),
-                      stats.errors)
+                      stats.errors, stats.goodput_share)
 
 
 @dataclass(slots=True, frozen=True)
@@ -216,6 +232,11 @@ def judge(p: LevelPoint, targets: Targets) -> LevelVerdict:
         reasons.append(f"TPS {p.tps:.1f} < {targets.tps_min:g}")
     if p.ttft_ms is not None and p.ttft_ms > targets.ttft_max_ms:
         reasons.append(f"TTFT {p.ttft_ms:.0f} ms > {targets.ttft_max_ms:g} ms")
+    if targets.min_goodput is not None:
+        if p.goodput is None:
+            reasons.append("no goodput figure")
+        elif p.goodput < targets.min_goodput:
+            reasons.append(f"goodput {p.goodput:.1%} < {targets.min_goodput:.1%}")
     return LevelVerdict(p.concurrency, p.ttft_ms, p.tps, not reasons, "; ".join(reasons))
 
 

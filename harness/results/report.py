@@ -52,6 +52,7 @@ SUMMARY_LEVEL_FIELDS = ("concurrency", "requests", "errors", "short_outputs", *F
                         "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
                         "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms")
 RATE_LEVEL_FIELDS = ("rate", "p50_send_lag_ms", "p99_send_lag_ms")  # added for rate runs
+GOODPUT_FIELDS = ("goodput_share", "goodput_rps")  # added with --slo
 
 
 class CapacityCSVError(ValueError):
@@ -151,7 +152,10 @@ def turn_rows(records: Sequence[RequestRecord]) -> list[TurnRow]:
             for turn, rs in sorted(by_turn.items())]
 
 
-def _level_row(s: LevelStats, verdict: LevelVerdict, fields: Sequence[str]) -> LevelRow:
+def _level_row(s: LevelStats, verdict: LevelVerdict, fields: Sequence[str],
+               targets: Targets) -> LevelRow:
+    if targets.slo:
+        fields = (*fields, *GOODPUT_FIELDS)
     row = cast(LevelRow, {k: _round(getattr(s, k)) for k in fields})
     row["passes"] = verdict.passes
     row["fails_because"] = verdict.reason or None
@@ -165,7 +169,8 @@ def _concurrency_levels(
     users_levels = run.get("mode") == "users"
     cap = capacity([point(s, targets.statistic) for s in stats], targets, users_levels)
     verdicts = {v.concurrency: v for v in cap.levels}
-    levels = [_level_row(s, verdicts[s.concurrency], SUMMARY_LEVEL_FIELDS) for s in stats]
+    levels = [_level_row(s, verdicts[s.concurrency], SUMMARY_LEVEL_FIELDS, targets)
+              for s in stats]
     warnings = list(cap.warnings)
     missing = sorted(set(run["levels"]) - {s.concurrency for s in stats})
     if missing:
@@ -208,7 +213,8 @@ def repeat_agreement(records: Sequence[RequestRecord], output_target: int,
     if len(by_repeat) < 2:
         return None
     max_cs = [capacity([point(s, targets.statistic)
-                        for s in stats_by_level(rs, output_target)], targets).max_c
+                        for s in stats_by_level(rs, output_target, targets.slo)],
+                       targets).max_c
               for _, rs in sorted(by_repeat.items())]
     return confidence.agreement(max_cs)
 
@@ -236,7 +242,7 @@ def _rate_levels(
     verdicts = dict(cap.levels)
     rated = [(s.rate, s) for s in stats if s.rate is not None]
     fields = (*RATE_LEVEL_FIELDS, *SUMMARY_LEVEL_FIELDS)
-    levels = [_level_row(s, verdicts[rate], fields) for rate, s in rated]
+    levels = [_level_row(s, verdicts[rate], fields, targets) for rate, s in rated]
     warnings = list(cap.warnings)
     config = StoredRun.from_json(run.get("config")).config
     planned = config.rates if config else ()
@@ -294,10 +300,13 @@ def print_summary(summary: Summary, console: Console) -> None:
         )
     console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
     t = summary["targets"]
+    if t["slo"]:
+        _print_goodput(summary, console)
     if rate_run:
         console.print(
             f"Sustainable rate = [bold]{summary['max_rate']:g}[/] requests/s ({t['statistic']} "
-            f"TPS >= {t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors); "
+            f"TPS >= {t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors"
+            f"{_goodput_rule(t)}); "
             f"{summary['users_note']}", highlight=False)
     elif users_run:
         _print_users(summary, console)
@@ -315,7 +324,8 @@ def _print_users(summary: Summary, console: Console) -> None:
     duty = f", measured duty cycle {u['duty_cycle']:.2f}" if u["duty_cycle"] is not None else ""
     console.print(
         f"Max users = [bold]{u['max_users']}[/] {who} ({t['statistic']} TPS >= "
-        f"{t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors{duty})",
+        f"{t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors{_goodput_rule(t)}"
+        f"{duty})",
         highlight=False)
     if u["max_c"] is None:
         console.print("estimate: no closed run of the same setup (device, engine, model, "
@@ -349,7 +359,7 @@ def _print_max_c(summary: Summary, console: Console) -> None:
     t = summary["targets"]
     console.print(
         f"Max C = [bold]{summary['max_c']}[/] ({t['statistic']} TPS >= {t['tps_min']:g} tok/s, "
-        f"TTFT <= {t['ttft_max_ms']:g} ms, no errors)  ->  chat users "
+        f"TTFT <= {t['ttft_max_ms']:g} ms, no errors{_goodput_rule(t)})  ->  chat users "
         f"[bold]{summary['chat_users']}[/] (x{t['chat_factor']:g}), agentic users "
         f"[bold]{summary['agentic_users']}[/] (x{t['agentic_factor']:g})",
         highlight=False,
@@ -519,9 +529,34 @@ def print_capacity(result: dict, console: Console) -> None:
             console.print(f"[yellow]warning[/] {name}: {warning}", highlight=False)
 
 
+def _print_goodput(summary: Summary, console: Console) -> None:
+    """One line: the SLO, then each level's share meeting it and its good requests/s."""
+    t = summary["targets"]
+    slo = ", ".join(f"{key[:-3].upper()} <= {limit:g} ms" for key, limit in (t["slo"] or {}).items()
+                    if limit is not None)
+    needed = f", a level needs {t['min_goodput']:.0%}" if t["min_goodput"] else ""
+    parts = [f"{_row_name(lv)} {_share(lv.get('goodput_share'))} "
+             f"({_fmt(lv.get('goodput_rps'))} req/s)" for lv in summary["levels"]]
+    console.print(f"goodput ({slo}{needed}): {'; '.join(parts)}", highlight=False)
+
+
+def _goodput_rule(t: TargetsDict) -> str:
+    """The rule line's goodput clause, when a level must meet one."""
+    return f", goodput >= {t['min_goodput']:.0%}" if t["min_goodput"] else ""
+
+
+def _row_name(row: LevelRow) -> str:
+    rate = row.get("rate")
+    return f"R={rate:g}" if rate is not None else f"C={row['concurrency']}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def search_plan(store: Store, run_id: str, config: RunConfig, targets: Targets) -> SearchPlan:
     """Where the Max C search of a run stands, from its stored levels and probes."""
-    stats = stats_by_level(store.requests(run_id), config.output_tokens)
+    stats = stats_by_level(store.requests(run_id), config.output_tokens, targets.slo)
     verdicts = outcomes([point(s, targets.statistic) for s in stats], targets)
     probed = store.probes(run_id)
     swept = {c: ok for c, ok in verdicts.items() if c not in probed}

@@ -14,6 +14,8 @@ class TargetsDict(TypedDict):
     statistic: str
     chat_factor: float
     agentic_factor: float
+    slo: dict[str, float | None] | None  # ttft_ms, tpot_ms, e2e_ms: None where not set
+    min_goodput: float | None
 
 
 class IntervalDict(TypedDict):
@@ -54,6 +56,8 @@ class LevelRow(TypedDict, total=False):
     p50_e2e_ms: float | None
     p90_e2e_ms: float | None
     p99_e2e_ms: float | None
+    goodput_share: float | None  # with --slo
+    goodput_rps: float | None
     passes: bool
     fails_because: str | None
     rate: float | None

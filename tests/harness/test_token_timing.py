@@ -44,3 +44,43 @@ def test_the_summary_json_gives_tpot_and_e2e_per_level(sweep):
         for name in ("mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
                      "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms"):
             assert level[name] == pytest.approx(stored[level["concurrency"]][name], abs=1e-3), name
+
+
+def test_goodput_matches_the_share_the_servers_own_log_gives(sweep):
+    """TTFT 20 ms plus up to 200 ms of seeded jitter; an objective of 100 ms: the share the
+    harness counts is the one the server's clock gives, within one request."""
+    swept = sweep({"ttft_ms": 20, "ttft_jitter_ms": 200, "itl_ms": 1}, levels=(4,), rounds=10,
+                  output_tokens=8)
+    proc = run_cli("summary", "--db", str(swept.store.path), "--json", "--slo", "ttft_ms=100")
+    assert proc.returncode == 0, proc.stderr
+    [level] = json.loads(proc.stdout)["levels"]
+    server = [t for t in swept.server.server.timings if "-c4-" in t.request_id]
+    assert len(server) == 40
+    met = sum(1 for t in server if (t.first_write - t.body_read) * 1000 <= 100)
+    assert 0.1 < met / 40 < 0.9  # the objective splits the level
+    assert abs(level["goodput_share"] * 40 - met) <= 1
+    [stored] = swept.store.levels(swept.run_id)
+    assert level["goodput_rps"] == pytest.approx(level["goodput_share"] * 40 / stored["busy_s"],
+                                                 rel=1e-2)
+
+
+def test_min_goodput_judges_a_level_by_the_share_meeting_the_slo(sweep):
+    """TTFT grows with the requests in flight (30 ms each): every level meets the 1,000 ms
+    mean target, but at C=4 most requests miss a 100 ms objective."""
+    swept = sweep({"ttft_ms": 30, "itl_ms": 1, "shared_prefill": True}, levels=(1, 2, 4),
+                  rounds=6, output_tokens=8)
+    db = str(swept.store.path)
+
+    def judged(*flags: str) -> dict:
+        proc = run_cli("summary", "--db", db, "--json", *flags)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert judged()["max_c"] == 4
+    assert judged("--slo", "ttft_ms=100")["max_c"] == 4  # reported, not judged
+    strict = judged("--slo", "ttft_ms=100", "--min-goodput", "0.9")
+    assert strict["max_c"] == 2
+    c4 = next(lv for lv in strict["levels"] if lv["concurrency"] == 4)
+    assert not c4["passes"] and "goodput" in c4["fails_because"]
+    assert strict["targets"]["min_goodput"] == 0.9
+    assert strict["targets"]["slo"]["ttft_ms"] == 100
