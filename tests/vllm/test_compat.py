@@ -123,7 +123,8 @@ def test_vllm_killed_mid_sweep_fails_the_run_with_its_log_and_leaves_nothing(tmp
     assert run["status"] == "failed"
     assert "killed by signal 9" in run["error"] and "Application startup complete" in run["error"]
     records = Store(db).requests(run["run_id"])
-    assert len(records) == 1 * 20 + 2 * 20  # every request is stored, the failed ones too
+    # the run stops at the first round in which nothing could connect, stored with the rest
+    assert len(records) < 1 * 20 + 2 * 20 and records[-1].error_kind == "connect_error"
     kinds = {r.error_kind for r in records}
     assert any(r.ok for r in records) and kinds - {None} <= {"dropped", "connect_error"}
     assert "dropped" in kinds  # the one in flight when the server died
