@@ -137,10 +137,12 @@ def _add_goodput_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo", type=_slo, metavar="KEY=MS,...",
                    help="per-request objectives for goodput, any of ttft_ms, tpot_ms, e2e_ms "
                         "(e.g. ttft_ms=1000,tpot_ms=50): each level then reports the share of "
-                        "its requests meeting all of them and such requests per second")
+                        "its requests meeting all of them and such requests per second "
+                        "(default: none)")
     p.add_argument("--min-goodput", type=float, metavar="SHARE",
                    help="a level passes only if at least this share of its requests met --slo "
-                        "(e.g. 0.9), beside the TTFT and TPS targets")
+                        "(e.g. 0.9), beside the TTFT and TPS targets (default: none, goodput "
+                        "is reported, not judged)")
 
 
 def _add_connection_flags(run: argparse.ArgumentParser) -> None:
