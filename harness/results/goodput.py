@@ -35,10 +35,6 @@ class Slo:
                 return False
         return True
 
-    def describe(self) -> str:
-        return ", ".join(f"{key[:-3].upper()} <= {getattr(self, key):g} ms" for key in SLO_KEYS
-                         if getattr(self, key) is not None)
-
 
 def parse_slo(text: str) -> Slo:
     """`ttft_ms=1000,tpot_ms=50` (any subset of SLO_KEYS); ValueError in one sentence."""

@@ -35,6 +35,11 @@ def _mock(*flags: str) -> tuple[str, subprocess.Popen]:
     return f"http://127.0.0.1:{port}/v1", proc
 
 
+def _start_run(*flags: str) -> subprocess.Popen:
+    return subprocess.Popen([*RUN, *flags], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 def _stored_rows(db: Path) -> int:
     if not db.exists():
         return 0
@@ -52,11 +57,16 @@ def _wait(condition, proc: subprocess.Popen, what: str, timeout: float = 60) -> 
 
 def _writer_pid(parent: int) -> int:
     """The round writer: the run's child started by multiprocessing's spawn (not its
-    resource tracker)."""
-    for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
-        cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        if b"spawn_main" in cmdline:
-            return int(child)
+    resource tracker). Children are found by their parent id in /proc/*/stat, whichever
+    thread started them."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if ppid == parent and b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+            return int(stat.parent.name)
     raise AssertionError("no writer process found")
 
 
@@ -64,10 +74,8 @@ def test_a_killed_writer_is_restarted_and_every_measured_request_is_stored(tmp_p
     url, server = _mock("--ttft-ms", "5", "--itl-ms", "1")
     try:
         db = tmp_path / "b.duckdb"
-        proc = subprocess.Popen([*RUN, "--url", url, "--levels", "2,4", "--rounds", "30",
-                                 "--output-tokens", "32", "--db", str(db)],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = _start_run("--url", url, "--levels", "2,4", "--rounds", "30",
+                          "--output-tokens", "32", "--db", str(db))
         _wait(lambda: _stored_rows(db) >= 4, proc, "a first stored round")
         os.kill(_writer_pid(proc.pid), signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
@@ -149,9 +157,8 @@ def test_a_full_disk_stops_the_run_at_once_and_resume_recovers_every_measured_ro
 def test_a_target_that_dies_mid_run_fails_the_run(tmp_path):
     url, server = _mock("--ttft-ms", "10", "--itl-ms", "2")
     db = tmp_path / "b.duckdb"
-    proc = subprocess.Popen([*RUN, "--url", url, "--levels", "1,2,4", "--rounds", "40",
-                             "--output-tokens", "16", "--db", str(db)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_run("--url", url, "--levels", "1,2,4", "--rounds", "40",
+                      "--output-tokens", "16", "--db", str(db))
     _wait(lambda: _stored_rows(db) >= 3, proc, "a first stored round")
     server.kill()
     _, err = proc.communicate(timeout=120)
@@ -166,10 +173,8 @@ def test_a_target_that_dies_mid_run_fails_the_run(tmp_path):
 def test_keep_going_stores_a_dead_target_as_errors_and_completes(tmp_path):
     url, server = _mock("--ttft-ms", "10", "--itl-ms", "2")
     db = tmp_path / "b.duckdb"
-    proc = subprocess.Popen([*RUN, "--url", url, "--levels", "1,2", "--rounds", "20",
-                             "--output-tokens", "16", "--keep-going", "--connect-timeout", "1",
-                             "--db", str(db)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_run("--url", url, "--levels", "1,2", "--rounds", "20", "--output-tokens",
+                      "16", "--keep-going", "--connect-timeout", "1", "--db", str(db))
     _wait(lambda: _stored_rows(db) >= 3, proc, "a first stored round")
     server.kill()
     _, err = proc.communicate(timeout=120)
