@@ -17,6 +17,14 @@ drift hits all alike):
 - `harness-users`: the harness in `--mode users --profile chat` with C users (bar and scraper
   off): each user thinks ~3x its last request between requests (seeded exponential), so the
   server sees ~C/4 of them at once; its TTFT bias has the harness's targets too;
+- `harness+tokens`: the harness with `--token-times` (every chunk's arrival kept and stored):
+  its bias and CPU per chunk beside the `harness` row's are what token times cost;
+- `harness-starved`: the harness pinned to one core beside two busy-looping processes, so
+  its timing loop waits for the CPU, at the levels of `STARVED_FROM` streams and more (one
+  stream leaves the loop idle enough that the scheduler wakes it at once, and its figures
+  stay true): its self-check must call each such level client-bound (the
+  `client` column: loop lag p99 and CPU share of a core, `!` where flagged), and every
+  level of the other harness rows that meets its targets must not be;
 - `bar-thread`: the same with the bar drawn as it was before, by rich's refresh thread (10
   frames/s) inside the timing process: what moving it out changed;
 - `httpx`, `aiohttp`: a plain streaming client written with that library
@@ -60,6 +68,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harness.config import RunConfig
 from harness.records import RequestRecord
+from harness.results.client_check import CPU_SHARE_LIMIT, LAG_P99_LIMIT_MS, ClientCheck
 from harness.results.metrics import LevelStats
 from harness.results.quantiles import quantile
 from harness.results.store import Store
@@ -73,8 +82,10 @@ from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
 BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
-ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users", "bar-thread", "httpx",
-        "aiohttp")
+ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users", "harness+tokens",
+        "harness-starved", "bar-thread", "httpx", "aiohttp")
+HOGS = 2  # busy processes beside the starved arm, on its core
+STARVED_FROM = 32  # the starved arm runs at this C and above
 # the targets are the harness's; the rest is context
 HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users")
 # rate mode: p99 send lag (actual - scheduled) at this many requests/s; other rates are context
@@ -98,6 +109,7 @@ class Measured:
     cpu_s: float  # process CPU over the level, every thread of the client's process
     chunks: int  # content deltas received
     renderer_cpu_s: float | None = None  # the bar's own process, over the level
+    client: ClientCheck | None = None  # the harness's self-check over the level
 
 
 def _start_server(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
@@ -189,20 +201,39 @@ class _ThreadBar(LevelProgress):
 
 # -- the harness ----------------------------------------------------------------------------
 
+@contextmanager
+def _starved() -> Iterator[None]:
+    """This thread (the timing loop) pinned to one core beside HOGS busy processes."""
+    core = max(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
+    try:
+        for hog in hogs:
+            os.sched_setaffinity(hog.pid, {core})
+        os.sched_setaffinity(0, {core})
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 async def _harness(url: str, c: int, args: argparse.Namespace, store: Store,
                    progress: LevelProgress, scrape: bool = False,
-                   users: bool = False) -> Measured:
+                   users: bool = False, token_times: bool = False) -> Measured:
     """One level through `execute`: C closed workers, or (users) C chat users."""
     config = RunConfig(url=url, model=MODEL, levels=(c,), rounds=args.rounds,
                        output_tokens=args.tokens, warmup=4, server_metrics=scrape,
-                       mode="users" if users else "closed", profile="chat" if users else "")
+                       mode="users" if users else "closed", profile="chat" if users else "",
+                       token_times=token_times)
     result = await execute(config, Endpoint(url), store, progress, new_run_id())
     if scrape:
         assert store.server_metrics(result.run_id), "the scraper stored no server metrics"
     outcome = result.outcomes[0]
     samples = [Sample(r.request_id, _sent_mono(r, result), r.ttft_ms, r.tps)
                for r in outcome.records if r.ok]
-    return Measured(samples, outcome.cpu_s, outcome.chunks)
+    return Measured(samples, outcome.cpu_s, outcome.chunks, client=outcome.client)
 
 
 def _sent_mono(record: RequestRecord, result: RunResult) -> float:
@@ -349,10 +380,16 @@ async def _measure(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
         store.initialise()
         for i, c in enumerate(levels):
             for arm in arms[i % len(arms):] + arms[:i % len(arms)]:
-                if arm in ("harness", "harness+scrape", "harness-users"):
+                if arm == "harness-starved" and c < STARVED_FROM:
+                    continue
+                if arm in ("harness", "harness+scrape", "harness-users", "harness+tokens"):
                     m = await _harness(url, c, args, store, LevelProgress(enabled=False),
                                        scrape=arm == "harness+scrape",
-                                       users=arm == "harness-users")
+                                       users=arm == "harness-users",
+                                       token_times=arm == "harness+tokens")
+                elif arm == "harness-starved":
+                    with _starved():
+                        m = await _harness(url, c, args, store, LevelProgress(enabled=False))
                 elif arm in ("harness+bar", "bar-thread"):
                     progress = _MeteredBar(file=tty) if arm == "harness+bar" else _ThreadBar(tty)
                     assert progress.live, "the bar must draw on the pseudo-terminal"
@@ -439,23 +476,53 @@ def _closed_table(levels: tuple[int, ...], arms: tuple[str, ...],
           f"aiohttp {aiohttp.__version__}")
     header = (f"{'C':>4} {'client':<14} {'reqs':>5} {'bias mean':>10} {'bias p50':>9} "
               f"{'bias p99':>9} {'send lag':>9} {'recv lag':>9} {'TPS err':>8} {'TPS max':>8} "
-              f"{'CPU/chunk':>10}  verdict")
+              f"{'CPU/chunk':>10} {'client':>12}  verdict")
     print(header)
     print("-" * len(header))
     failed = False
     for c in levels if arms else ():
-        for n, arm in enumerate(arms):
+        for n, arm in enumerate(a for a in arms if (c, a) in measured):
             missed = _row(c if n == 0 else None, arm, c, measured[c, arm], timings,
                           args.rounds)
             failed |= bool(missed) and arm in HARNESS_ARMS
+            checked = measured[c, arm].client
+            if arm == "harness-starved" and not (checked and checked.client_bound):
+                print(f"     harness-starved at C={c}: the self-check did not flag the level")
+                failed = True
+    _token_times_cost(levels, measured, timings)
     renderer = [(c, measured[c, "harness+bar"]) for c in levels if (c, "harness+bar") in measured]
     if renderer:
         print("harness+bar, the bar's own process (not in CPU/chunk above): " + ", ".join(
             f"C={c} {m.renderer_cpu_s * 1e3:.0f} ms ({m.renderer_cpu_s / m.chunks * 1e6:.1f} us"
             f"/chunk)" for c, m in renderer))
     print("targets (harness rows): bias <= 1 ms at C<=8, <= 2 ms at C=32, <= 5 ms at C=128; "
-          "|TPS error| <= 0.5% up to C=32; <= 40 us CPU per chunk at C >= 32")
+          "|TPS error| <= 0.5% up to C=32; <= 40 us CPU per chunk at C >= 32; no level that "
+          "meets them flagged client-bound; every harness-starved level flagged")
+    print(f"client-bound: loop lag p99 > {LAG_P99_LIMIT_MS:g} ms or CPU > "
+          f"{CPU_SHARE_LIMIT:.0%} of a core (harness.results.client_check)")
     return failed
+
+
+def _token_times_cost(levels: tuple[int, ...], measured: dict[tuple[int, str], Measured],
+                      timings: dict) -> None:
+    """--token-times against the plain harness at each level: bias and CPU per chunk added."""
+    pairs = [(c, measured[c, "harness"], measured[c, "harness+tokens"]) for c in levels
+             if (c, "harness") in measured and (c, "harness+tokens") in measured]
+    if not pairs:
+        return
+    parts = []
+    for c, plain, timed in pairs:
+        extra_bias = _mean_bias(timed, timings) - _mean_bias(plain, timings)
+        cpu = (timed.cpu_s / max(timed.chunks, 1)) / (plain.cpu_s / max(plain.chunks, 1)) - 1
+        parts.append(f"C={c} bias {extra_bias:+.2f} ms, CPU/chunk {cpu:+.0%}")
+    print("--token-times costs (harness+tokens - harness): " + "; ".join(parts)
+          + " (targets: bias <= +0.3 ms, CPU/chunk <= +20%)")
+
+
+def _mean_bias(m: Measured, timings: dict) -> float:
+    return statistics.fmean(
+        s.ttft_ms - (timings[s.request_id]["first_write"] - timings[s.request_id]["body_read"])
+        * 1000 for s in m.samples if s.ttft_ms is not None)
 
 
 def _rate_table(rated: dict[float, RateMeasured], timings: dict,
@@ -521,12 +588,17 @@ def _row(shown_c: int | None, arm: str, c: int, m: Measured, timings: dict,
         missed.append("TPS error")
     if c >= 32 and cpu_us > 40:
         missed.append("CPU/chunk")
+    if m.client is not None and m.client.client_bound and arm != "harness-starved" and not missed:
+        missed.append("flagged client-bound")
+    client = ("-" if m.client is None else
+              f"{m.client.loop_lag_p99_ms or 0:.1f}ms {m.client.cpu_share or 0:.0%}"
+              f"{'!' if m.client.client_bound else ' '}")
     verdict = f"MISSES {', '.join(missed)}" if missed else "meets targets"
     label = f"{shown_c:>4}" if shown_c is not None else " " * 4
     print(f"{label} {arm:<14} {len(bias):>5} {mean_bias:>8.2f}ms {quantile(bias, .5):>7.2f}ms "
           f"{quantile(bias, .99):>7.2f}ms {statistics.fmean(send_lag):>7.2f}ms "
           f"{statistics.fmean(recv_lag):>7.2f}ms {statistics.fmean(tps_err):>+7.2f}% "
-          f"{max(abs(e) for e in tps_err):>7.2f}% {cpu_us:>8.1f}us  {verdict}")
+          f"{max(abs(e) for e in tps_err):>7.2f}% {cpu_us:>8.1f}us {client:>12}  {verdict}")
     return missed
 
 

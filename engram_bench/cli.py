@@ -263,6 +263,10 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="store a round in which no request could connect as errors and go "
                           "on (default: the run stops as failed, the server having stopped "
                           "answering)")
+    run.add_argument("--token-times", action="store_true",
+                     help="store every chunk's arrival time and tokens in the chunk_times "
+                          "table: exact ITL distributions and the explorer's request timeline "
+                          "(default: off; each request keeps its ITL figures and histogram)")
     run.add_argument("--label", default="", help="free text stored with the run (default: none)")
     run.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
     run.add_argument("--resume", metavar="RUN_ID",
@@ -446,6 +450,7 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         profile=args.profile or ("chat" if args.mode == "users" and args.duty_cycle is None
                                  and args.think_time is None else ""),
         duty_cycle=args.duty_cycle, think_s=args.think_time, keep_going=args.keep_going,
+        token_times=args.token_times,
     )
     return config, None
 
@@ -584,8 +589,9 @@ def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: C
     found = (report.search_plan(store, run["run_id"], config, targets)
              if config and config.search and records else None)
     summary = summarise(run, stats_by_level(records, run["output_tokens"], targets.slo),
-                        records, targets,
-                        found, _paired_max_c(store, run, targets))
+                        records, targets, found, _paired_max_c(store, run, targets),
+                        report.server_levels(store.server_metrics(run["run_id"])),
+                        store.client_checks(run["run_id"]))
     if as_json:
         print(json.dumps(summary, default=str))
     else:

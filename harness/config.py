@@ -132,6 +132,7 @@ class RunConfig:
     think_s: float | None = None  # mode users: a fixed mean think time instead of a duty cycle
     turns: int = 1  # requests per conversation: each turn resends the conversation so far
     keep_going: bool = False  # go on when a whole round cannot connect (else the run fails)
+    token_times: bool = False  # store every chunk's arrival and tokens (chunk_times table)
 
     def __post_init__(self) -> None:
         self._check_rate_mode()

@@ -41,6 +41,13 @@ class MockConfig:
     # seeded by its X-Request-Id: the same request is as late on every run
     itl_ms: float = 2.0
     tokens_per_chunk: int = 1
+    chunk_jitter_ms: float = 0.0  # each chunk leaves up to this much after its slot (uniform,
+    # seeded by X-Request-Id and chunk index; slots stay on the grid, so lateness never adds up)
+    chunk_usage: bool = True  # honour stream_options.continuous_usage_stats: usage on every
+    # chunk, its completion_tokens counting the tokens sent so far (as vLLM streams it)
+    log_chunks: bool = False  # /mock/timings lists each chunk's write time and tokens
+    spec_decode: bool = False  # /metrics counts each chunk as one speculative step whose
+    # draft proposed tokens_per_chunk tokens and had all but the last accepted
     output_tokens: int | None = None  # None: honour max_tokens
     usage: bool = True
     reasoning_tokens: int = 0  # the first N tokens arrive as reasoning_content
@@ -84,6 +91,7 @@ class Timing:
     first_write: float | None = None
     last_write: float | None = None
     tokens: int = 0
+    chunk_writes: list[tuple[float, int]] | None = None  # log_chunks: (time, tokens) each
 
 
 class MockServer:
@@ -95,6 +103,9 @@ class MockServer:
         self.requests_seen = 0
         self.faults_seen = 0  # requests that matched the fault filter
         self.tokens_sent = 0
+        self.drafts = 0  # spec_decode: steps, tokens proposed and accepted, as vLLM counts
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
         self.in_flight = 0  # requests being answered now
         self.prefixes: set[tuple[str, ...]] = set()  # messages of prompts seen (prefix_cache)
         self.port = 0
@@ -184,6 +195,13 @@ class MockServer:
         lines += [f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {n}',
                   f"vllm:time_to_first_token_seconds_count {n}",
                   f"vllm:time_to_first_token_seconds_sum {n * ttft_s}"]
+        if self.config.spec_decode:
+            lines += ["# TYPE vllm:spec_decode_num_drafts counter",
+                      f"vllm:spec_decode_num_drafts_total {self.drafts}",
+                      "# TYPE vllm:spec_decode_num_draft_tokens counter",
+                      f"vllm:spec_decode_num_draft_tokens_total {self.draft_tokens}",
+                      "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+                      f"vllm:spec_decode_num_accepted_tokens_total {self.accepted_tokens}"]
         if self.config.kv_pool_tokens:
             lines += ["# TYPE vllm:cache_config_info gauge",
                       f'vllm:cache_config_info{{block_size="16",num_gpu_blocks='
@@ -255,7 +273,12 @@ class MockServer:
             timing.first_write = timing.last_write = time.perf_counter()
             timing.tokens = n_tokens
             return _send_json(writer, 200, _final_object(chat, cfg.model, n_tokens, prompt_tokens))
-        include_usage = cfg.usage and (req.get("stream_options") or {}).get("include_usage")
+        options = req.get("stream_options") or {}
+        include_usage = cfg.usage and options.get("include_usage")
+        chunk_usage = cfg.usage and cfg.chunk_usage and options.get("continuous_usage_stats")
+        jitter = random.Random(f"chunks-{timing.request_id}") if cfg.chunk_jitter_ms else None
+        if cfg.log_chunks:
+            timing.chunk_writes = []
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
         frame = _ChunkFramer(chat, cfg.model, cfg.tool_calls)
@@ -270,16 +293,24 @@ class MockServer:
         while sent < n_tokens:
             if fault != "none" and n_chunks == cfg.fault_after_chunks:
                 return await self._inject(fault, writer, cfg)
-            delay = next_t - time.perf_counter()
+            due = next_t + (jitter.uniform(0, cfg.chunk_jitter_ms) / 1000 if jitter else 0.0)
+            delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             if writer.is_closing():
                 return False
             k = min(cfg.tokens_per_chunk, n_tokens - sent)
             reasoning = sent < cfg.reasoning_tokens
-            data = _chunk(frame.delta(" tok" * k, reasoning, first=sent == 0))
+            usage = frame.usage_object(prompt_tokens, sent + k, None) if chunk_usage else None
+            data = _chunk(frame.delta(" tok" * k, reasoning, first=sent == 0, usage=usage))
             now = time.perf_counter()  # taken before the write: the token leaves from here
             writer.write(data)
+            if timing.chunk_writes is not None:
+                timing.chunk_writes.append((now, k))
+            if cfg.spec_decode:
+                self.drafts += 1
+                self.draft_tokens += cfg.tokens_per_chunk
+                self.accepted_tokens += k - 1
             if timing.first_write is None:
                 timing.first_write = now
                 if cfg.keepalive_comments:
@@ -325,7 +356,8 @@ class _ChunkFramer:
         kind = "chat.completion.chunk" if chat else "text_completion"
         self.head = f'{{"id":"cmpl-mock","object":"{kind}","created":0,"model":"{model}",'
 
-    def delta(self, text: str, reasoning: bool, first: bool = False) -> bytes:
+    def delta(self, text: str, reasoning: bool, first: bool = False,
+              usage: str | None = None) -> bytes:
         if self.tool_calls:
             choice = json.dumps({"index": 0, "delta": {"tool_calls": [_tool_call(text, first)]},
                                  "finish_reason": None})
@@ -334,7 +366,8 @@ class _ChunkFramer:
             choice = f'{{"index":0,"delta":{{"{key}":"{text}"}},"finish_reason":null}}'
         else:
             choice = f'{{"index":0,"text":"{text}","finish_reason":null}}'
-        return f'data: {self.head}"choices":[{choice}]}}\n\n'.encode()
+        tail = f',"usage":{usage}' if usage else ""
+        return f'data: {self.head}"choices":[{choice}]{tail}}}\n\n'.encode()
 
     def finish(self) -> bytes:
         inner = '"delta":{}' if self.chat else '"text":""'
@@ -342,12 +375,17 @@ class _ChunkFramer:
         choice = f'{{"index":0,{inner},"finish_reason":"{reason}"}}'
         return f'data: {self.head}"choices":[{choice}]}}\n\n'.encode()
 
-    def usage(self, prompt_tokens: int, completion_tokens: int,
-              cached_tokens: int | None = None) -> bytes:
+    @staticmethod
+    def usage_object(prompt_tokens: int, completion_tokens: int,
+                     cached_tokens: int | None = None) -> str:
         details = ("" if cached_tokens is None
                    else f',"prompt_tokens_details":{{"cached_tokens":{cached_tokens}}}')
-        usage = (f'{{"prompt_tokens":{prompt_tokens},"completion_tokens":{completion_tokens},'
-                 f'"total_tokens":{prompt_tokens + completion_tokens}{details}}}')
+        return (f'{{"prompt_tokens":{prompt_tokens},"completion_tokens":{completion_tokens},'
+                f'"total_tokens":{prompt_tokens + completion_tokens}{details}}}')
+
+    def usage(self, prompt_tokens: int, completion_tokens: int,
+              cached_tokens: int | None = None) -> bytes:
+        usage = self.usage_object(prompt_tokens, completion_tokens, cached_tokens)
         return f'data: {self.head}"choices":[],"usage":{usage}}}\n\n'.encode()
 
 

@@ -44,6 +44,24 @@ class RequestRecord:
     turn: int = 1  # `--turns N`: the request's turn in its user's conversation (1-based)
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if reported
     think_ms: float | None = None  # `--mode users`: the user's think time after this request
+    # inter-token figures (harness.results.token_timing): chunk gaps, one per chunk, apart
+    # from the token-weighted ITL; tokens per chunk from per-chunk usage unless estimated
+    tokens_per_chunk: float | None = None
+    tokens_per_chunk_estimated: bool = False
+    chunk_gap_mean_ms: float | None = None
+    chunk_gap_p50_ms: float | None = None
+    chunk_gap_p90_ms: float | None = None
+    chunk_gap_p99_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p90_ms: float | None = None
+    itl_p99_ms: float | None = None
+    itl_bins: list[int] | None = field(default=None, repr=False)  # token gaps' histogram
+    itl_counts: list[int] | None = field(default=None, repr=False)
+    # `--token-times`: each content chunk's arrival after the send (ns) and its tokens
+    # (None: the server streamed no per-chunk usage); stored in the chunk_times table
+    chunk_offsets_ns: list[int] | None = field(default=None, repr=False)
+    chunk_tokens: list[int] | None = field(default=None, repr=False)
     reply: str | None = field(default=None, repr=False)  # `--turns`: the answer (not stored)
 
     @property

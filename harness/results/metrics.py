@@ -14,6 +14,7 @@ from harness.records import RequestRecord
 from harness.results.goodput import Slo, goodput
 from harness.results.quantiles import busy_seconds, mean, quantile
 from harness.results.send_lag import SendLag, send_lag
+from harness.results.token_timing import pooled_itl
 
 STATISTICS = ("mean", "p50", "p90", "p99")
 PROMPT_TOLERANCE = 0.05  # per-level prompt-token means must land within this of the target
@@ -42,6 +43,12 @@ class LevelStats:
     p50_tpot_ms: float | None = None
     p90_tpot_ms: float | None = None
     p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None  # token-weighted, pooled over the level's token gaps
+    p50_itl_ms: float | None = None
+    p90_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_tokens_per_chunk: float | None = None
+    tokens_per_chunk_estimated: bool | None = None  # some stream carried no per-chunk usage
     p50_e2e_ms: float | None = None  # the whole request, send to last byte
     p90_e2e_ms: float | None = None
     p99_e2e_ms: float | None = None
@@ -106,6 +113,8 @@ def level_stats(
         throughput = sum(tokens) / busy if busy > 0 else None
     lag = _send_lag(records)
     share, rps = goodput(records, slo) if slo else (None, None)
+    itl = pooled_itl((r.itl_mean_ms, r.itl_bins, r.itl_counts) for r in good)
+    per_chunk = [r.tokens_per_chunk for r in good if r.tokens_per_chunk is not None]
     return LevelStats(
         concurrency=concurrency,
         requests=len(records),
@@ -126,6 +135,13 @@ def level_stats(
         p50_tpot_ms=quantile(tpots, 0.5),
         p90_tpot_ms=quantile(tpots, 0.9),
         p99_tpot_ms=quantile(tpots, 0.99),
+        mean_itl_ms=itl.mean_ms,
+        p50_itl_ms=itl.p50_ms,
+        p90_itl_ms=itl.p90_ms,
+        p99_itl_ms=itl.p99_ms,
+        mean_tokens_per_chunk=mean(per_chunk),
+        tokens_per_chunk_estimated=(any(r.tokens_per_chunk_estimated for r in good)
+                                    if good else None),
         p50_e2e_ms=quantile(e2es, 0.5),
         p90_e2e_ms=quantile(e2es, 0.9),
         p99_e2e_ms=quantile(e2es, 0.99),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from statistics import fmean
 from typing import TypeVar, cast
 
 from rich.console import Console
@@ -15,6 +16,8 @@ from rich.table import Table
 from harness.config import PROFILE_DUTY, RunConfig, StoredRun
 from harness.records import RequestRecord
 from harness.results import confidence, users
+from harness.results.client_check import ClientCheck
+from harness.results.client_check import describe as describe_client
 from harness.results.metrics import (
     STATISTIC_FIELDS,
     LevelPoint,
@@ -30,6 +33,7 @@ from harness.results.metrics import (
     stats_by_level,
 )
 from harness.results.search import SearchPlan, outcomes, plan
+from harness.results.server_metrics import MetricRow, level_figures
 from harness.results.store import Store
 from harness.results.summary import (
     IntervalDict,
@@ -50,9 +54,31 @@ FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
 SUMMARY_LEVEL_FIELDS = ("concurrency", "requests", "errors", "short_outputs", *FIGURE_FIELDS,
                         "mean_prompt_tokens", "mean_output_tokens", "throughput_tps",
                         "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+                        "mean_itl_ms", "p50_itl_ms", "p90_itl_ms", "p99_itl_ms",
+                        "mean_tokens_per_chunk", "tokens_per_chunk_estimated",
                         "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms")
 RATE_LEVEL_FIELDS = ("rate", "p50_send_lag_ms", "p99_send_lag_ms")  # added for rate runs
 GOODPUT_FIELDS = ("goodput_share", "goodput_rps")  # added with --slo
+# from the target's /metrics, where it exposes speculative decoding (else None)
+SPEC_DECODE_FIELDS = ("spec_acceptance_rate", "spec_mean_accepted_length")
+ServerFigures = Mapping[tuple[int, float | None], Mapping[str, float]]
+
+
+def server_levels(rows: Sequence[dict]) -> dict[tuple[int, float | None], dict[str, float]]:
+    """Per level (concurrency, rate), the figures of the target's /metrics
+    (server_metrics.level_figures), each the mean over the level's passes."""
+    passes: dict[tuple[int, float | None], list[dict[str, float]]] = {}
+    grouped: dict[tuple[int, float | None, int], list[MetricRow]] = {}
+    for r in rows:
+        grouped.setdefault((r["concurrency"], r["rate"], r["repeat"]), []).append(
+            MetricRow(r["name"], r["labels"], r["kind"], r["stat"], r["value"]))
+    for (c, rate, _), level in grouped.items():
+        passes.setdefault((c, rate), []).append(level_figures(level))
+    out = {}
+    for key, figures in passes.items():
+        names = {n for f in figures for n in f}
+        out[key] = {n: fmean([f[n] for f in figures if n in f]) for n in names}
+    return out
 
 
 class CapacityCSVError(ValueError):
@@ -62,11 +88,15 @@ class CapacityCSVError(ValueError):
 def summarise(
     run: dict, stats: Sequence[LevelStats], records: Sequence[RequestRecord], targets: Targets,
     search: SearchPlan | None = None, paired: tuple[str, int] | None = None,
+    server: ServerFigures | None = None,
+    client: Mapping[tuple[int, float | None], ClientCheck] | None = None,
 ) -> Summary:
     """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
     A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency.
     A users run has `users`: its measured max users beside the factor estimate from the Max C
-    of `paired` (run id, Max C), the newest closed run of the same setup."""
+    of `paired` (run id, Max C), the newest closed run of the same setup. `server`: per level,
+    the target's own figures (server_levels), of which speculative decoding is shown; `client`:
+    per level, the harness's self-check (a client-bound level is named in the warnings)."""
     levels: list[LevelRow]
     found: Summary
     if run["mode"] == "rate":
@@ -74,6 +104,18 @@ def summarise(
     else:
         levels, found, warnings = _concurrency_levels(run, stats, targets, search)
         found.update(_repeats(levels, records, run["output_tokens"], targets))
+    for row in levels:
+        figures = (server or {}).get((row["concurrency"], row.get("rate")), {})
+        for name in SPEC_DECODE_FIELDS:
+            row[name] = _round(figures.get(name))  # type: ignore[literal-required]
+        checked = (client or {}).get((row["concurrency"], row.get("rate")))
+        row["loop_lag_p50_ms"] = _round(checked.loop_lag_p50_ms) if checked else None
+        row["loop_lag_p99_ms"] = _round(checked.loop_lag_p99_ms) if checked else None
+        row["client_cpu_share"] = _round(checked.cpu_share) if checked else None
+        row["unread_bytes_max"] = checked.unread_bytes_max if checked else None
+        row["client_bound"] = checked.client_bound if checked else None
+        if checked and checked.client_bound:
+            warnings.append(describe_client(_row_name(row), checked))
     if run["mode"] == "users":
         found.update(_users(run, levels, records, targets, paired))
     turns = turn_rows(records)
@@ -299,6 +341,7 @@ def print_summary(summary: Summary, console: Console) -> None:
             "[green]yes[/]" if lv["passes"] else "[red]no[/]",
         )
     console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
+    _print_token_timing(summary, console)
     t = summary["targets"]
     if t["slo"]:
         _print_goodput(summary, console)
@@ -316,6 +359,37 @@ def print_summary(summary: Summary, console: Console) -> None:
         _print_turns(turns, console)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+def _print_token_timing(summary: Summary, console: Console) -> None:
+    """Per level: TPOT, token-weighted ITL, tokens per chunk (~: estimated, the server sent no
+    per-chunk usage) and end-to-end latency."""
+    levels = [lv for lv in summary["levels"] if lv.get("mean_tpot_ms") is not None]
+    if not levels:
+        return
+    table = Table(title="token timing (ms; ITL token-weighted)", title_justify="left")
+    spec = any(lv.get(f) is not None for lv in levels for f in SPEC_DECODE_FIELDS)
+    for name in ("level", "TPOT mean", "p50", "p99", "ITL mean", "p50", "p90", "p99",
+                 "tok/chunk", *(("accepted", "tok/step") if spec else ()), "E2E p50", "p90",
+                 "p99"):
+        table.add_column(name, justify="right")
+    for lv in levels:
+        per_chunk = lv.get("mean_tokens_per_chunk")
+        chunk_text = ("-" if per_chunk is None else
+                      f"{'~' if lv.get('tokens_per_chunk_estimated') else ''}{per_chunk:.2f}")
+        table.add_row(
+            _row_name(lv), _fmt(lv["mean_tpot_ms"], 2), _fmt(lv["p50_tpot_ms"], 2),
+            _fmt(lv["p99_tpot_ms"], 2), _fmt(lv.get("mean_itl_ms"), 2),
+            _fmt(lv.get("p50_itl_ms"), 2), _fmt(lv.get("p90_itl_ms"), 2),
+            _fmt(lv.get("p99_itl_ms"), 2), chunk_text,
+            *((_share(lv.get("spec_acceptance_rate")),
+               _fmt(lv.get("spec_mean_accepted_length"), 2)) if spec else ()),
+            _fmt(lv["p50_e2e_ms"], 0),
+            _fmt(lv["p90_e2e_ms"], 0), _fmt(lv["p99_e2e_ms"], 0))
+    console.print(table, width=max(console.width, 132))
+    if any(lv.get("tokens_per_chunk_estimated") for lv in levels):
+        console.print("~ tokens per chunk estimated (output tokens / chunks): the server "
+                      "streamed no per-chunk usage", highlight=False)
 
 
 def _print_users(summary: Summary, console: Console) -> None:

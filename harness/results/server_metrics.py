@@ -42,6 +42,11 @@ ALIASES: dict[str, tuple[str, ...]] = {
             "sglang:time_per_output_token"),
     "queue_time": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
     "e2e": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
+    # speculative decoding: vLLM's counters, SGLang's own mean accept length (a gauge)
+    "spec_drafts": ("vllm:spec_decode_num_drafts",),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
+    "spec_accepted": ("vllm:spec_decode_num_accepted_tokens",),
+    "spec_accept_length": ("sglang:spec_accept_length",),
 }
 # Gauges that count requests add up over series (engines); fractions are averaged.
 _ADDITIVE = {"running", "waiting"}
@@ -250,6 +255,7 @@ def level_figures(rows: Iterable[MetricRow]) -> dict[str, float]:
         figures["preemptions"] = preempted
     if (rate := _hit_rate(chosen)) is not None:
         figures["prefix_hit_rate"] = rate
+    figures.update(_spec_decode(chosen))
     for row in offload:  # engines' series of one counter add up
         if (row.kind, row.stat) in (("counter", "delta"), ("gauge", "mean")):
             label = _offload_label(row)
@@ -299,6 +305,24 @@ def _hit_rate(chosen: dict[str, list[MetricRow]]) -> float | None:
         return hits / queries
     rates = [r.value for r in chosen.get("prefix_hit_rate", []) if r.stat == "mean"]
     return fmean(rates) if rates else None
+
+
+def _spec_decode(chosen: dict[str, list[MetricRow]]) -> dict[str, float]:
+    """Speculative decoding over the level: the share of draft tokens accepted, and the mean
+    tokens a step yields (1 + accepted / drafts: the accepted run plus the target's own token);
+    SGLang's accept length is that mean, as it exposes it."""
+    out = {}
+    accepted = _sum(chosen.get("spec_accepted", []), "delta")
+    proposed = _sum(chosen.get("spec_draft_tokens", []), "delta")
+    drafts = _sum(chosen.get("spec_drafts", []), "delta")
+    if accepted is not None and proposed:
+        out["spec_acceptance_rate"] = accepted / proposed
+    if accepted is not None and drafts:
+        out["spec_mean_accepted_length"] = 1 + accepted / drafts
+    lengths = [r.value for r in chosen.get("spec_accept_length", []) if r.stat == "mean"]
+    if lengths and "spec_mean_accepted_length" not in out:
+        out["spec_mean_accepted_length"] = fmean(lengths)
+    return out
 
 
 def _offload_label(row: MetricRow) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from harness.records import RequestRecord
+from harness.results.client_check import ClientCheck
 
 DEFAULT_DB = Path("results/bench.duckdb")
 RUN_STATUSES = ("running", "complete", "aborted", "failed")
@@ -73,7 +74,22 @@ CREATE TABLE IF NOT EXISTS requests (
     repeat INTEGER,  -- `run --repeat N`: the pass over the sweep, 0-based; NULL (older runs) = 0
     turn INTEGER,  -- `--turns N`: turn of the user's conversation, 1-based; NULL (older) = 1
     cached_tokens INTEGER,  -- usage.prompt_tokens_details.cached_tokens; NULL: not reported
-    think_ms DOUBLE  -- `--mode users`: think time after this request; NULL: none followed
+    think_ms DOUBLE,  -- `--mode users`: think time after this request; NULL: none followed
+    -- inter-token figures (harness.results.token_timing): chunk gaps, one value per content
+    -- chunk, apart from the token-weighted ITL (a chunk of k tokens g after the one before is
+    -- k gaps of g / k); tokens per chunk from per-chunk usage unless flagged estimated
+    tokens_per_chunk DOUBLE,
+    tokens_per_chunk_estimated BOOLEAN,
+    chunk_gap_mean_ms DOUBLE,
+    chunk_gap_p50_ms DOUBLE,
+    chunk_gap_p90_ms DOUBLE,
+    chunk_gap_p99_ms DOUBLE,
+    itl_mean_ms DOUBLE,
+    itl_p50_ms DOUBLE,
+    itl_p90_ms DOUBLE,
+    itl_p99_ms DOUBLE,
+    itl_bins SMALLINT[],  -- the token gaps' histogram: bin b holds gaps of ~1.01^b us
+    itl_counts INTEGER[]  -- ... and how many token gaps each bin holds
 );
 -- one row per request: a batch the writer sends again after a crash adds nothing
 CREATE UNIQUE INDEX IF NOT EXISTS requests_unique_id ON requests (run_id, request_id);
@@ -99,6 +115,30 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     value DOUBLE,
     rate DOUBLE,
     repeat INTEGER  -- as in server_stats
+);
+-- `run --token-times`: every content chunk of a request, its arrival after the request was
+-- sent and its tokens (NULL where the server streamed no per-chunk usage)
+CREATE TABLE IF NOT EXISTS chunk_times (
+    run_id VARCHAR,
+    request_id VARCHAR,
+    idx INTEGER,
+    t_ns BIGINT,
+    tokens INTEGER
+);
+-- each pass of a level: was the harness the limit? its timing loop's lag (how late a 10 ms
+-- timer fired), its CPU seconds per second, and the received bytes left unread in its sockets
+-- (harness.results.client_check)
+CREATE TABLE IF NOT EXISTS client_checks (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    rate DOUBLE,
+    repeat INTEGER,
+    loop_lag_p50_ms DOUBLE,
+    loop_lag_p99_ms DOUBLE,
+    loop_lag_max_ms DOUBLE,
+    cpu_share DOUBLE,
+    unread_bytes_max BIGINT,
+    client_bound BOOLEAN
 );
 -- levels that `run --search` added after the sweep, in the order they were probed
 CREATE TABLE IF NOT EXISTS probes (
@@ -130,6 +170,26 @@ WITH spans AS (
         PARTITION BY run_id, concurrency, rate ORDER BY start_us, request_id
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_us))) AS busy_us
     FROM spans
+), itl_bins AS (  -- a level's token gaps, pooled from its requests' histograms
+    SELECT run_id, concurrency, rate, unnest(itl_bins) AS bin, unnest(itl_counts) AS n
+    FROM requests WHERE ok AND itl_mean_ms IS NOT NULL
+), itl_hist AS (
+    SELECT run_id, concurrency, rate, bin, sum(n) AS n FROM itl_bins
+    GROUP BY run_id, concurrency, rate, bin
+), itl_cum AS (
+    SELECT *, sum(n) OVER (PARTITION BY run_id, concurrency, rate ORDER BY bin) AS cum,
+        sum(n) OVER (PARTITION BY run_id, concurrency, rate) AS total
+    FROM itl_hist
+), itl AS (  -- nearest rank over the merged bins (harness.results.token_timing.pooled_itl)
+    SELECT run_id, concurrency, rate,
+        pow(1.01, min(bin) FILTER (WHERE cum >= 0.5 * total)) / 1000.0 AS p50_itl_ms,
+        pow(1.01, min(bin) FILTER (WHERE cum >= 0.9 * total)) / 1000.0 AS p90_itl_ms,
+        pow(1.01, min(bin) FILTER (WHERE cum >= 0.99 * total)) / 1000.0 AS p99_itl_ms
+    FROM itl_cum GROUP BY run_id, concurrency, rate
+), client AS (  -- the worst pass of each level
+    SELECT run_id, concurrency, rate, max(loop_lag_p99_ms) AS loop_lag_p99_ms,
+        max(cpu_share) AS client_cpu_share, bool_or(client_bound) AS client_bound
+    FROM client_checks GROUP BY run_id, concurrency, rate
 )
 SELECT
     q.run_id,
@@ -150,6 +210,15 @@ SELECT
     quantile_cont(q.tpot_ms, 0.5) AS p50_tpot_ms,
     quantile_cont(q.tpot_ms, 0.9) AS p90_tpot_ms,
     quantile_cont(q.tpot_ms, 0.99) AS p99_tpot_ms,
+    -- token-weighted: each request's mean ITL weighted by its token gaps
+    sum(q.itl_mean_ms * list_sum(q.itl_counts)) FILTER (WHERE q.ok)
+        / sum(list_sum(q.itl_counts)) FILTER (WHERE q.ok AND q.itl_mean_ms IS NOT NULL)
+        AS mean_itl_ms,
+    any_value(itl.p50_itl_ms) AS p50_itl_ms,
+    any_value(itl.p90_itl_ms) AS p90_itl_ms,
+    any_value(itl.p99_itl_ms) AS p99_itl_ms,
+    avg(q.tokens_per_chunk) FILTER (WHERE q.ok) AS mean_tokens_per_chunk,
+    bool_or(q.tokens_per_chunk_estimated) FILTER (WHERE q.ok) AS tokens_per_chunk_estimated,
     quantile_cont(q.latency_ms, 0.5) FILTER (WHERE q.ok) AS p50_e2e_ms,
     quantile_cont(q.latency_ms, 0.9) FILTER (WHERE q.ok) AS p90_e2e_ms,
     quantile_cont(q.latency_ms, 0.99) FILTER (WHERE q.ok) AS p99_e2e_ms,
@@ -171,9 +240,16 @@ SELECT
          THEN sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
               / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
                  + sum(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL)) END
-        AS duty_cycle
+        AS duty_cycle,
+    any_value(client.loop_lag_p99_ms) AS loop_lag_p99_ms,
+    any_value(client.client_cpu_share) AS client_cpu_share,
+    any_value(client.client_bound) AS client_bound
 FROM q JOIN runs USING (run_id)
 LEFT JOIN probes p ON p.run_id = q.run_id AND p.concurrency = q.concurrency AND q.rate IS NULL
+LEFT JOIN itl ON itl.run_id = q.run_id AND itl.concurrency = q.concurrency
+    AND itl.rate IS NOT DISTINCT FROM q.rate
+LEFT JOIN client ON client.run_id = q.run_id AND client.concurrency = q.concurrency
+    AND client.rate IS NOT DISTINCT FROM q.rate
 GROUP BY q.run_id, q.concurrency, q.rate;
 -- multi-turn runs: per level and turn, the context each turn sent and what the server reused
 CREATE OR REPLACE VIEW turns AS
@@ -196,7 +272,9 @@ _REQUEST_COLUMNS = (
     "run_id, concurrency, round, worker, request_id, sent_at, ttft_ms, latency_ms, "
     "output_tokens, output_tokens_estimated, input_tokens, chunks, max_gap_ms, finish_reason, "
     "ok, error_kind, error_message, http_status, retried, rate, scheduled_at, repeat, turn, "
-    "cached_tokens, think_ms"
+    "cached_tokens, think_ms, tokens_per_chunk, tokens_per_chunk_estimated, chunk_gap_mean_ms, "
+    "chunk_gap_p50_ms, chunk_gap_p90_ms, chunk_gap_p99_ms, itl_mean_ms, itl_p50_ms, itl_p90_ms, "
+    "itl_p99_ms, itl_bins, itl_counts"
 )
 
 # Databases written by older versions: brought up to the schema above when first opened.
@@ -211,7 +289,10 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE"),
             ("server_stats", "repeat", "INTEGER"), ("server_metrics", "repeat", "INTEGER"),
             ("request_figures", "tps", "DOUBLE"), ("levels", "busy_s", "DOUBLE"),
-            ("request_figures", "tpot_ms", "DOUBLE"), ("levels", "p99_e2e_ms", "DOUBLE")}
+            ("request_figures", "tpot_ms", "DOUBLE"), ("levels", "p99_e2e_ms", "DOUBLE"),
+            ("requests", "itl_counts", "INTEGER[]"), ("levels", "p99_itl_ms", "DOUBLE"),
+            ("chunk_times", "tokens", "INTEGER"), ("client_checks", "client_bound", "BOOLEAN"),
+            ("levels", "client_bound", "BOOLEAN")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
@@ -221,6 +302,18 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS repeat INTEGER;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS turn INTEGER;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS cached_tokens INTEGER;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS think_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS tokens_per_chunk DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS tokens_per_chunk_estimated BOOLEAN;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_gap_mean_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_gap_p50_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_gap_p90_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_gap_p99_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_mean_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_p50_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_p90_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_p99_ms DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_bins SMALLINT[];
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_counts INTEGER[];
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS repeat INTEGER;
@@ -406,17 +499,38 @@ class Store:
              r.latency_ms, r.output_tokens, r.output_tokens_estimated, r.input_tokens, r.chunks,
              r.max_gap_ms, r.finish_reason, r.ok, r.error_kind, r.error_message, r.http_status,
              r.retried, r.rate, None if r.scheduled_at is None else _utc(r.scheduled_at),
-             r.repeat, r.turn, r.cached_tokens, r.think_ms)
+             r.repeat, r.turn, r.cached_tokens, r.think_ms, r.tokens_per_chunk,
+             r.tokens_per_chunk_estimated, r.chunk_gap_mean_ms, r.chunk_gap_p50_ms,
+             r.chunk_gap_p90_ms, r.chunk_gap_p99_ms, r.itl_mean_ms, r.itl_p50_ms, r.itl_p90_ms,
+             r.itl_p99_ms, r.itl_bins, r.itl_counts)
             for r in records
         ]
         if not rows:
             return
+        timed = [(run_id, r.request_id, r.chunk_offsets_ns, r.chunk_tokens)
+                 for r in records if r.chunk_offsets_ns]
         marks = ", ".join("?" for _ in rows[0])
         with self._connect() as con:
             con.execute("BEGIN")
             con.executemany(
                 f"INSERT OR IGNORE INTO requests ({_REQUEST_COLUMNS}) VALUES ({marks})", rows)
+            if timed:
+                self._write_chunk_times(con, timed)
             con.execute("COMMIT")
+
+    @staticmethod
+    def _write_chunk_times(con: duckdb.DuckDBPyConnection,
+                           timed: list[tuple[str, str, list[int], list[int] | None]]) -> None:
+        """`--token-times` rows: one list per request, unnested in SQL (a row per chunk from
+        Python would cost the writer ~10x more); a batch sent again replaces its rows."""
+        con.execute("CREATE TEMP TABLE IF NOT EXISTS chunk_lists "
+                    "(run_id VARCHAR, request_id VARCHAR, t BIGINT[], k INTEGER[])")
+        con.execute("DELETE FROM chunk_lists")
+        con.executemany("INSERT INTO chunk_lists VALUES (?, ?, ?, ?)", timed)
+        con.execute("DELETE FROM chunk_times USING chunk_lists c WHERE chunk_times.run_id = "
+                    "c.run_id AND chunk_times.request_id = c.request_id")
+        con.execute("INSERT INTO chunk_times SELECT run_id, request_id, i - 1, t[i], k[i] "
+                    "FROM (SELECT *, unnest(range(1, len(t) + 1)) AS i FROM chunk_lists)")
 
     def write_server_stats(
         self, run_id: str, concurrency: int, before: dict | None, after: dict | None,
@@ -448,6 +562,21 @@ class Store:
                     "INSERT INTO server_metrics (run_id, concurrency, name, labels, kind, stat, "
                     "value, rate, repeat) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(run_id, concurrency, *row, rate, repeat) for row in rows])
+            con.execute("COMMIT")
+
+    def write_client_check(self, run_id: str, concurrency: int, c: ClientCheck | None,
+                           rate: float | None = None, repeat: int = 0) -> None:
+        """The timing loop's self-check over one pass of a level (replacing an earlier try)."""
+        if c is None:
+            return
+        with self._connect() as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM client_checks WHERE run_id = ? AND concurrency = ? "
+                        "AND rate IS NOT DISTINCT FROM ? AND repeat = ?",
+                        [run_id, concurrency, rate, repeat])
+            con.execute("INSERT INTO client_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, concurrency, rate, repeat, c.loop_lag_p50_ms, c.loop_lag_p99_ms,
+                         c.loop_lag_max_ms, c.cpu_share, c.unread_bytes_max, c.client_bound])
             con.execute("COMMIT")
 
     # -- reads -------------------------------------------------------------------------------
@@ -498,6 +627,18 @@ class Store:
             row["scheduled_at"] = None if scheduled is None else scheduled / 1e6
             records.append(RequestRecord(**row))
         return records
+
+    def chunk_times(self, run_id: str) -> list[dict]:
+        """`--token-times` rows of a run: request, chunk index, arrival (ns after the send)
+        and tokens; empty for a run stored without them."""
+        return self._query("SELECT request_id, idx, t_ns, tokens FROM chunk_times "
+                           "WHERE run_id = ? ORDER BY request_id, idx", [run_id])
+
+    def client_checks(self, run_id: str) -> dict[tuple[int, float | None], ClientCheck]:
+        """Per level, the worst pass's self-check (highest loop lag p99)."""
+        rows = self._query("SELECT * EXCLUDE (run_id, repeat, client_bound) FROM client_checks "
+                           "WHERE run_id = ? ORDER BY loop_lag_p99_ms NULLS FIRST", [run_id])
+        return {(r.pop("concurrency"), r.pop("rate")): ClientCheck(**r) for r in rows}
 
     def done_rounds(self, run_id: str) -> set[tuple[int, int]]:
         """(concurrency, round) pairs already stored: a resume runs only the others."""

@@ -53,9 +53,22 @@ class LevelRow(TypedDict, total=False):
     p50_tpot_ms: float | None
     p90_tpot_ms: float | None
     p99_tpot_ms: float | None
+    mean_itl_ms: float | None  # token-weighted
+    p50_itl_ms: float | None
+    p90_itl_ms: float | None
+    p99_itl_ms: float | None
+    mean_tokens_per_chunk: float | None
+    tokens_per_chunk_estimated: bool | None
     p50_e2e_ms: float | None
     p90_e2e_ms: float | None
     p99_e2e_ms: float | None
+    spec_acceptance_rate: float | None  # the server's speculative decoding, where exposed
+    spec_mean_accepted_length: float | None
+    loop_lag_p50_ms: float | None  # the harness's self-check (harness.results.client_check)
+    loop_lag_p99_ms: float | None
+    client_cpu_share: float | None
+    unread_bytes_max: int | None
+    client_bound: bool | None
     goodput_share: float | None  # with --slo
     goodput_rps: float | None
     passes: bool

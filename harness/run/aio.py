@@ -4,7 +4,9 @@ stop it the one way that cannot strand a transport: SIGTERM cancels the main tas
 A signal handler that raises can fire inside any callback, a transport's included, where the
 loop logs the exception and carries on (the run went on after `kill`). Cancelling the task
 instead unwinds every await in order; `Stopped` then tells the caller which signal it was.
-SIGINT already takes that path through asyncio.Runner.
+SIGINT already takes that path through asyncio.Runner. A cancellation can be lost (Python
+3.11's `wait_for` drops one that meets its inner future's completion), so the stop is sent
+again every `_RESTOP_S` until the task ends.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_RESTOP_S = 0.25
 
 
 class Stopped(KeyboardInterrupt):
@@ -42,8 +45,10 @@ async def _stoppable(coro: Coroutine[Any, Any, T]) -> T:
     previous = signal.getsignal(signal.SIGTERM)
 
     def stop() -> None:
-        received.append(signal.SIGTERM)
-        task.cancel()
+        if not task.done():
+            received.append(signal.SIGTERM)
+            task.cancel()
+            loop.call_later(_RESTOP_S, stop)
 
     try:
         loop.add_signal_handler(signal.SIGTERM, stop)

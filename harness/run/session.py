@@ -22,10 +22,12 @@ from harness import __version__
 from harness.config import ConfigError, RunConfig, StoredRun
 from harness.records import RequestRecord
 from harness.results import spill
+from harness.results.client_check import describe as describe_client
 from harness.results.metrics import (
     LevelStats,
     Targets,
     first_turns,
+    level_name,
     level_stats,
     mean_prompt_tokens,
     prompt_warning,
@@ -33,6 +35,7 @@ from harness.results.metrics import (
 from harness.results.report import describe_server_table, search_plan, server_table
 from harness.results.store import Store, StoreError
 from harness.run.limits import ensure_open_files
+from harness.run.loop_monitor import LoopMonitor
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
 from harness.run.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
@@ -191,6 +194,7 @@ async def execute(
         f"the results writer process died: restarted it, and sent the {rows} rows it had not "
         "stored again"))
     scraper = Scraper(endpoint) if config.server_metrics else None
+    monitor = LoopMonitor(sweep.pool.unread_bytes)
     outcomes: list[LevelOutcome] = []
 
     def commit(records: list[RequestRecord]) -> None:
@@ -210,7 +214,9 @@ async def execute(
             for note in await scraper.start() if scraper else []:
                 progress.message(note)
             progress.start_level(c, total)
+            monitor.start()
             outcome = await run()
+            outcome.client = monitor.stop()
             rows, notes = await scraper.stop() if scraper else ([], [])
             await writer.flush()
             stats = level_stats(c, outcome.records, config.output_tokens, rate)
@@ -228,6 +234,9 @@ async def execute(
                 store.write_server_stats(run_id, c, before, after, rate, repeat)
             if rows:
                 store.write_server_metrics(run_id, c, rows, rate, repeat)
+            store.write_client_check(run_id, c, outcome.client, rate, repeat)
+            if outcome.client.client_bound:
+                progress.message(f"warning: {describe_client(level_name(stats), outcome.client)}")
             # what the prompts sent so far measured, right even if the run is killed next
             store.update_run(run_id,
                              measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))

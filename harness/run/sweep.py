@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from harness.config import RunConfig, ThinkModel
 from harness.records import RequestRecord
+from harness.results.client_check import ClientCheck
 from harness.run.arrivals import schedule
 from harness.run.prompts import Prompts
 from harness.run.workload import Turn, payload
@@ -58,6 +59,7 @@ class LevelOutcome:
     cpu_s: float
     rate: float | None = None
     unstored_chunks: int = 0  # users mode: of the lead-in and load-keeping requests
+    client: ClientCheck | None = None  # the timing loop's own lag and CPU over the level
 
     @property
     def chunks(self) -> int:
@@ -157,7 +159,8 @@ class Sweep:
         record = await stream_completion(self.pool, request, record, self.clock,
                                          self.config.request_timeout_s,
                                          self.config.stall_timeout_s,
-                                         keep_text=history is not None)
+                                         keep_text=history is not None,
+                                         token_times=self.config.token_times)
         if history is not None:
             history.append((said, record.reply or ""))
         return record
@@ -187,7 +190,7 @@ class Sweep:
             record.scheduled_at = self.clock.wall(start_ns + round(offset * 1e9))
             task = asyncio.create_task(stream_completion(
                 self.pool, request, record, self.clock, self.config.request_timeout_s,
-                self.config.stall_timeout_s))
+                self.config.stall_timeout_s, token_times=self.config.token_times))
             task.add_done_callback(functools.partial(_report, on_record))
             tasks.append(task)
         records = list(await asyncio.gather(*tasks))

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 TOLERANCE = 0.02
 
 
+# usage at the end, and on every chunk where the server can (vLLM's and SGLang's
+# continuous_usage_stats): each chunk's tokens then come from the server, not an estimate
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
 Turn = tuple[str, str]  # a user's message and the answer it got
 
 
@@ -31,7 +35,7 @@ def payload(
     `history`: the conversation so far, resent before the new message (chat: as messages;
     completions: as one text, turns apart by blank lines), so it is a prefix of this prompt."""
     body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
-                  "stream": True, "stream_options": {"include_usage": True}}
+                  "stream": True, "stream_options": STREAM_OPTIONS}
     if api == "chat":
         body["messages"] = [
             *({"role": role, "content": text} for said, answer in history

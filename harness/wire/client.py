@@ -15,16 +15,22 @@ endpoint.check_proxies).
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fcntl
+import itertools
 import json
 import os
 import socket
 import ssl
+import termios
 import time
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, fields
 from typing import cast
 
 from harness.records import RequestRecord
+from harness.results.token_timing import StreamTiming, stream_timing
 from harness.wire.completion_stream import CompletionStream, StreamFault
 from harness.wire.endpoint import Endpoint, check_proxies
 from harness.wire.http1 import ProtocolError, ResponseParser
@@ -108,12 +114,25 @@ class _Connection(asyncio.Protocol):
         self.exchange: _Exchange | None = None
         self.closed = False
         self.pooled = False  # it waited idle in a pool, where the server may have closed it
+        self.fd = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.fd = sock.fileno()
+
+    def unread_bytes(self) -> int:
+        """Bytes the kernel holds for this connection that the loop has not read yet."""
+        if self.closed or self.fd < 0:
+            return 0
+        count = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, count)
+        except OSError:
+            return 0
+        return count[0]
 
     def send(self, exchange: _Exchange, data: bytes) -> int:
         """Write the whole request in one call; returns the send time in ns. A connection the
@@ -195,6 +214,7 @@ class ConnectionPool:
         self.endpoint = endpoint
         self.connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
+        self._opened: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._ssl = endpoint.ssl_context()
 
     async def _open(self) -> _Connection:
@@ -206,7 +226,12 @@ class ConnectionPool:
             ),
             self.connect_timeout,
         )
+        self._opened.add(protocol)
         return protocol
+
+    def unread_bytes(self) -> int:
+        """Received bytes waiting unread in every open connection (the loop is behind)."""
+        return sum(c.unread_bytes() for c in list(self._opened))
 
     async def warm(self, count: int) -> None:
         """Open connections until `count` are idle, so no request pays for a handshake.
@@ -308,9 +333,11 @@ async def stream_completion(
     request_timeout: float,
     stall_timeout: float | None = None,
     keep_text: bool = False,
+    token_times: bool = False,
 ) -> RequestRecord:
     """Send one prepared request and fill `record` with what the stream showed (with
-    `keep_text`, `record.reply` is the answer's text).
+    `keep_text`, `record.reply` is the answer's text; with `token_times`, the record keeps
+    each chunk's arrival and tokens).
 
     `request_timeout` bounds the whole request; `stall_timeout` (None: off) the gap between
     tokens after the first. A pooled keep-alive connection that closes before any byte of the
@@ -339,7 +366,7 @@ async def stream_completion(
             continue
         pool.release(conn)
         break
-    _fill(record, exchange, clock, sent_ns, exchange.end_ns)
+    _fill(record, exchange, clock, sent_ns, exchange.end_ns, token_times)
     if record.retried and record.error_message:
         record.error_message += f" (on the re-send; the first attempt ended {record.retried})"
     return record
@@ -382,8 +409,12 @@ async def _wait(conn: _Connection, exchange: _Exchange, watchdog: _Watchdog) -> 
         watchdog.cancel()
 
 
+_TIMING_FIELDS = tuple(f.name for f in fields(StreamTiming))
+
+
 def _fill(
-    record: RequestRecord, ex: _Exchange, clock: Clock, sent_ns: int, end_ns: int
+    record: RequestRecord, ex: _Exchange, clock: Clock, sent_ns: int, end_ns: int,
+    token_times: bool,
 ) -> None:
     stream = ex.stream
     record.sent_at = clock.wall(sent_ns)
@@ -394,14 +425,22 @@ def _fill(
     record.cached_tokens = stream.cached_tokens
     if stream.text is not None:
         record.reply = "".join(stream.text)
-    if stream.chunks:
-        record.ttft_ms = (stream.first_ns - sent_ns) / 1e6
-        record.max_gap_ms = stream.max_gap_ns / 1e6 if stream.chunks > 1 else None
+    times = stream.times_ns
+    if times:
+        record.ttft_ms = (times[0] - sent_ns) / 1e6
+        if len(times) > 1:
+            record.max_gap_ms = max(b - a for a, b in itertools.pairwise(times)) / 1e6
     if stream.completion_tokens is not None:
         record.output_tokens = stream.completion_tokens
     else:
         record.output_tokens = stream.chunks
         record.output_tokens_estimated = True
+    timing = stream_timing(times, stream.chunk_tokens, record.output_tokens)
+    for name in _TIMING_FIELDS:
+        setattr(record, name, getattr(timing, name))
+    if token_times:
+        record.chunk_offsets_ns = [t - sent_ns for t in times]
+        record.chunk_tokens = stream.chunk_tokens
     status = ex.parser.status
     if status:
         record.http_status = status

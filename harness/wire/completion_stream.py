@@ -3,7 +3,10 @@
 Rules from docs/design.md: TTFT ends at the first delta carrying `content`, `reasoning_content` or
 `tool_calls`; output tokens come from `usage` when the server sends it, else from the count of
 content chunks (flagged as estimated, since one chunk may carry several tokens); cached prompt
-tokens from `usage.prompt_tokens_details.cached_tokens` where the server reports them. The
+tokens from `usage.prompt_tokens_details.cached_tokens` where the server reports them. Each
+content chunk's arrival time is kept, and its tokens where every content chunk carries the
+cumulative `usage.completion_tokens` (vLLM's `continuous_usage_stats`), for the inter-token
+figures of harness.results.token_timing. The
 answer's text is kept only when asked (`keep_text`: a multi-turn user resends it). A chunk whose
 fields have the wrong shape is a `malformed` fault, never an exception from the protocol
 callback (which would store the request as `dropped`).
@@ -28,22 +31,24 @@ class CompletionStream:
 
     __slots__ = (
         "cached_tokens",
+        "chunk_tokens",
         "chunks",
         "completion_tokens",
+        "counted",
         "finish_reason",
-        "first_ns",
         "last_ns",
-        "max_gap_ns",
         "prompt_tokens",
         "saw_done",
         "text",
+        "times_ns",
     )
 
     def __init__(self, keep_text: bool = False) -> None:
         self.chunks = 0
-        self.first_ns = 0
         self.last_ns = 0
-        self.max_gap_ns = 0
+        self.times_ns: list[int] = []  # each content chunk's arrival
+        self.chunk_tokens: list[int] | None = []  # ... and its tokens; None: not streamed
+        self.counted = 0  # usage.completion_tokens at the last content chunk
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.cached_tokens: int | None = None
@@ -68,10 +73,13 @@ class CompletionStream:
             message = error.get("message", error) if isinstance(error, dict) else error
             raise StreamFault("stream_error", str(message)[:300])
         usage = obj.get("usage")
+        chunk_usage = None
         if usage:
             if not isinstance(usage, dict):
                 raise StreamFault("malformed", f"usage is not an object: {payload[:80]!r}")
-            self.completion_tokens = _count(usage, "completion_tokens", self.completion_tokens)
+            chunk_usage = _count(usage, "completion_tokens", None)
+            if chunk_usage is not None:
+                self.completion_tokens = chunk_usage
             self.prompt_tokens = _count(usage, "prompt_tokens", self.prompt_tokens)
             details = usage.get("prompt_tokens_details")
             if isinstance(details, dict):
@@ -103,12 +111,13 @@ class CompletionStream:
             piece = delta.get("content") if delta is not None else text
             if isinstance(piece, str):
                 self.text.append(piece)
-        if self.chunks == 0:
-            self.first_ns = now_ns
-        else:
-            gap = now_ns - self.last_ns
-            if gap > self.max_gap_ns:
-                self.max_gap_ns = gap
+        if self.chunk_tokens is not None:
+            if chunk_usage is None:
+                self.chunk_tokens = None
+            else:
+                self.chunk_tokens.append(chunk_usage - self.counted)
+                self.counted = chunk_usage
+        self.times_ns.append(now_ns)
         self.last_ns = now_ns
         self.chunks += 1
 

@@ -49,6 +49,7 @@ def reject_unsupported(data: dict) -> None:
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # usage on every chunk too (as vLLM offers)
 
 
 class _Common(BaseModel):
@@ -80,6 +81,12 @@ class _Common(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def usage_per_chunk(self) -> bool:
+        """Each chunk carries the usage so far: its tokens are then known, not estimated."""
+        return bool(self.stream_options and self.stream_options.include_usage
+                    and self.stream_options.continuous_usage_stats)
 
 
 _T = TypeVar("_T")

@@ -201,8 +201,10 @@ class Serving:
                 yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
                              "finish_reason": None})
             try:
+                per_chunk = req.usage_per_chunk
                 async for piece in self.pieces(call):
-                    chunk = self._chunk(event, chat, piece)
+                    chunk = self._chunk(event, chat, piece,
+                                        self.usage(seq) if per_chunk else None)
                     self._written(call, piece)
                     yield chunk
                 if req.include_usage:
@@ -214,13 +216,14 @@ class Serving:
             self._finish(call)
 
     @staticmethod
-    def _chunk(event: Callable[[dict | None], bytes], chat: bool, piece: Piece) -> bytes:
+    def _chunk(event: Callable[[dict | None, dict | None], bytes], chat: bool, piece: Piece,
+               usage: dict | None) -> bytes:
         choice: dict = {"index": 0, "finish_reason": piece.finish_reason}
         if chat:
             choice["delta"] = {"content": piece.text} if piece.text else {}
         else:
             choice["text"] = piece.text
-        return event(choice)
+        return event(choice, usage)
 
     async def complete(self, call: Call) -> dict:
         req, seq = call.req, call.seq

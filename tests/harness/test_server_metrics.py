@@ -206,6 +206,11 @@ SGLANG_FIGURES = {
                      "offload: engram_disk_read_bytes": 32768.0,
                      "offload: engram_bytes_requested": 10240.0,
                      "offload: engram_page_faults_major": 8.0}),
+    # speculative decoding: the level's deltas (half of each counter) give 250 of 400 draft
+    # tokens accepted over 100 steps; SGLang's gauge is averaged over the level (1.6 -> 3.2)
+    ("vllm_spec_decode.prom", {"spec_acceptance_rate": 250 / 400,
+                               "spec_mean_accepted_length": 1 + 250 / 100}),
+    ("sglang_spec.prom", {"spec_mean_accepted_length": (1.6 + 3.2) / 2}),
     ("engram_own.prom", {"running_max": 8.0, "waiting_mean": 1.5,
                          "offload: engram_disk_read_bytes": 32768.0}),
 ])

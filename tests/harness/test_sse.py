@@ -65,7 +65,7 @@ def test_tool_call_deltas_start_ttft_like_content():
             "function": {"name": "lookup", "arguments": ""}}
     s.add(chunk({"tool_calls": [call]}), 250)
     s.add(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q":'}}]}), 300)
-    assert (s.first_ns, s.chunks) == (250, 2)
+    assert (s.times_ns, s.chunks) == ([250, 300], 2)
 
 
 def test_ttft_starts_at_first_content_or_reasoning_delta():
@@ -76,7 +76,7 @@ def test_ttft_starts_at_first_content_or_reasoning_delta():
     s.add(chunk({"content": "b c d"}), 400)  # several tokens in one chunk
     s.add(chunk(usage={"prompt_tokens": 9, "completion_tokens": 5}, choices=False), 410)
     s.add(b"[DONE]", 411)
-    assert (s.first_ns, s.last_ns, s.chunks, s.max_gap_ns) == (200, 400, 3, 140)
+    assert (s.times_ns, s.last_ns, s.chunks) == ([200, 260, 400], 400, 3)
     assert (s.completion_tokens, s.prompt_tokens, s.saw_done) == (5, 9, True)
 
 

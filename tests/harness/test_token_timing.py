@@ -3,6 +3,7 @@ chunks (as speculative decoding sends) has a TPOT of a quarter of its chunk gap.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -84,3 +85,107 @@ def test_min_goodput_judges_a_level_by_the_share_meeting_the_slo(sweep):
     assert not c4["passes"] and "goodput" in c4["fails_because"]
     assert strict["targets"]["min_goodput"] == 0.9
     assert strict["targets"]["slo"]["ttft_ms"] == 100
+
+
+SPECULATIVE = {"ttft_ms": 20, "itl_ms": 2.5, "tokens_per_chunk": 4}  # 10 ms per 4-token chunk
+
+
+@pytest.mark.parametrize("chunk_usage", [True, False], ids=["per-chunk usage", "final usage only"])
+def test_itl_weighs_each_token_and_chunk_gaps_keep_their_own_name(sweep, chunk_usage):
+    """4 tokens per chunk every 10 ms, 128 tokens: each token gap is 2.5 ms, each chunk gap
+    10 ms. With per-chunk usage the tokens per chunk are the server's; without, the mean of
+    output tokens over chunks, flagged estimated."""
+    swept = sweep({**SPECULATIVE, "chunk_usage": chunk_usage, "log_chunks": True},
+                  levels=(1,), rounds=6, output_tokens=128)
+    server = {t.request_id: t for t in swept.server.server.timings}
+    pooled = []
+    for r in swept.store.requests(swept.run_id):
+        assert r.tokens_per_chunk == 4 and r.tokens_per_chunk_estimated is not chunk_usage
+        assert r.itl_mean_ms == pytest.approx(2.5, rel=0.02)
+        assert r.chunk_gap_mean_ms == pytest.approx(10, rel=0.02)
+        assert r.tpot_ms == pytest.approx(31 * 10 / 127, rel=0.02)
+        # the medians against the server's own writes (its timer wakes a little late or early)
+        writes = [t for t, _ in server[r.request_id].chunk_writes]
+        gaps = sorted((b - a) * 1000 for a, b in itertools.pairwise(writes))
+        assert r.chunk_gap_p50_ms == pytest.approx(gaps[15], abs=0.3)
+        assert r.itl_p50_ms == pytest.approx(gaps[15] / 4, abs=0.1)
+        pooled += gaps
+    [level] = swept.store.levels(swept.run_id)
+    assert level["mean_itl_ms"] == pytest.approx(2.5, rel=0.02)
+    pooled.sort()
+    assert level["p50_itl_ms"] == pytest.approx(pooled[len(pooled) // 2] / 4, abs=0.1)
+    assert level["mean_tokens_per_chunk"] == 4
+    assert level["tokens_per_chunk_estimated"] is not chunk_usage
+
+
+def test_per_chunk_usage_gives_each_chunks_own_tokens(sweep):
+    """5 tokens in chunks of 2: the last chunk carries 1, which per-chunk usage says exactly
+    (a mean would give every chunk 5/3); stored per chunk with --token-times."""
+    swept = sweep({"ttft_ms": 5, "itl_ms": 1, "tokens_per_chunk": 2}, levels=(1,), rounds=2,
+                  output_tokens=5, token_times=True)
+    rows = swept.store.chunk_times(swept.run_id)
+    by_request: dict[str, list[dict]] = {}
+    for row in rows:
+        by_request.setdefault(row["request_id"], []).append(row)
+    assert len(by_request) == 2
+    for chunks in by_request.values():
+        assert [c["tokens"] for c in chunks] == [2, 2, 1]
+        assert [c["idx"] for c in chunks] == [0, 1, 2]
+        times = [c["t_ns"] for c in chunks]
+        assert times == sorted(times) and times[0] > 0
+    records = {r.request_id: r for r in swept.store.requests(swept.run_id)}
+    for request_id, chunks in by_request.items():
+        record = records[request_id]
+        assert record.tokens_per_chunk == pytest.approx(5 / 3)
+        assert not record.tokens_per_chunk_estimated
+        assert chunks[0]["t_ns"] / 1e6 == pytest.approx(record.ttft_ms, abs=1e-3)
+
+
+def test_token_times_match_the_servers_own_chunk_writes(sweep):
+    """Every chunk's arrival against the server's log of its writes, with seeded jitter so
+    the gaps differ: the stored ITL percentiles are the exact ones of those gaps."""
+    swept = sweep({**SPECULATIVE, "chunk_jitter_ms": 8, "log_chunks": True}, levels=(2,),
+                  rounds=3, output_tokens=64, token_times=True)
+    server = {t.request_id: t for t in swept.server.server.timings}
+    rows = swept.store.chunk_times(swept.run_id)
+    records = swept.store.requests(swept.run_id)
+    assert len(rows) == sum(r.chunks for r in records) == 6 * 16
+    for record in records:
+        writes = server[record.request_id].chunk_writes
+        gaps = sorted((b[0] - a[0]) * 1000 / b[1] for a, b in itertools.pairwise(writes))
+        assert record.itl_p50_ms == pytest.approx(gaps[len(gaps) // 2 - 1], abs=0.6)
+        assert record.chunk_gap_mean_ms == pytest.approx(
+            (writes[-1][0] - writes[0][0]) * 1000 / 15, abs=0.3)
+
+
+def test_the_summary_names_token_timing_per_level_and_the_json_agrees_with_the_view(sweep):
+    swept = sweep({**SPECULATIVE, "chunk_jitter_ms": 4}, levels=(1, 3), rounds=3,
+                  output_tokens=32)
+    proc = run_cli("summary", "--db", str(swept.store.path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    stored = {lv["concurrency"]: lv for lv in swept.store.levels(swept.run_id)}
+    for level in json.loads(proc.stdout)["levels"]:
+        for name in ("mean_itl_ms", "p50_itl_ms", "p90_itl_ms", "p99_itl_ms",
+                     "mean_tokens_per_chunk"):
+            assert level[name] == pytest.approx(stored[level["concurrency"]][name], abs=1e-3), name
+    text = run_cli("summary", "--db", str(swept.store.path))
+    assert text.returncode == 0, text.stderr
+    assert "ITL" in text.stdout and "tok/chunk" in text.stdout
+
+
+def test_speculative_decoding_is_read_from_the_servers_metrics(sweep):
+    """The mock counts each 4-token chunk as a step whose 4 draft tokens had 3 accepted (the
+    4th token the target's own): acceptance 75 %, 4 tokens a step, as tokens per chunk."""
+    swept = sweep({**SPECULATIVE, "metrics": True, "spec_decode": True}, levels=(1, 2),
+                  rounds=2, output_tokens=32)
+    proc = run_cli("summary", "--db", str(swept.store.path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    for level in json.loads(proc.stdout)["levels"]:
+        assert level["spec_acceptance_rate"] == pytest.approx(0.75)
+        assert level["spec_mean_accepted_length"] == pytest.approx(4)
+        assert level["mean_tokens_per_chunk"] == 4
+    text = run_cli("summary", "--db", str(swept.store.path)).stdout
+    assert "tok/step" in text and "75%" in text
+    plain = sweep(SPECULATIVE, levels=(1,), rounds=1, output_tokens=8, db="plain.duckdb")
+    proc = run_cli("summary", "--db", str(plain.store.path), "--json")
+    assert json.loads(proc.stdout)["levels"][0]["spec_acceptance_rate"] is None

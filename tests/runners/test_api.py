@@ -39,6 +39,25 @@ def test_openai_client_streams_chat_and_completions(server):
     assert full.usage.completion_tokens == 3 and full.choices[0].message.content
 
 
+def test_continuous_usage_stats_puts_the_tokens_so_far_on_every_chunk(server):
+    """As vLLM streams it: each content chunk's usage counts the tokens generated up to it,
+    so a client knows each chunk's tokens; without the option only the last chunk has usage."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+
+    def chunks(options: dict) -> list:
+        return list(client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Say something"}], max_tokens=8,
+            stream=True, stream_options=options, extra_body={"ignore_eos": True}))
+
+    counted = [c.usage.completion_tokens for c in chunks(
+        {"include_usage": True, "continuous_usage_stats": True})
+        if c.choices and c.choices[0].delta.content]
+    assert counted == sorted(counted) and counted[-1] <= 8 and len(counted) >= 2
+    assert counted[0] >= 1
+    plain = chunks({"include_usage": True})
+    assert [c.usage is not None for c in plain] == [False] * (len(plain) - 1) + [True]
+
+
 def test_stats_name_kernel_truth_and_requested_bytes_apart(server):
     before = httpx.get(server.url + "/stats").json()
     httpx.post(server.url + "/v1/completions", json={
