@@ -94,11 +94,89 @@ def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
     if probes.any():  # a legend key for the diamonds
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=PROBE_NAME,
                                  marker={"symbol": "diamond", "size": 12, "color": "grey"}))
+    _mark_client_bound(fig, levels, [y])
     fig.add_hline(y=target, line={"color": "grey", "dash": "dash"},
                   annotation_text=target_label, annotation_position="top left")
     _log2_axis(fig, levels["concurrency"], level_title(levels["run_id"].unique(), users))
     fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
                       margin={"t": 30, "b": 10}, height=420)
+    return fig
+
+
+CLIENT_BOUND_NAME = "client-bound level (the harness was the limit)"
+
+
+def _mark_client_bound(fig: go.Figure, levels: pd.DataFrame, columns: list[str]) -> None:
+    """A red cross over each point of a level whose self-check found the harness the limit:
+    its figures may be late by up to its loop lag (in the hover)."""
+    if "client_bound" not in levels:
+        return
+    bound = levels[levels["client_bound"].eq(True)]
+    if bound.empty:
+        return
+    lag = bound["loop_lag_p99_ms"] if "loop_lag_p99_ms" in bound else pd.Series(None, bound.index)
+    for n, column in enumerate(c for c in columns if c in bound):
+        fig.add_trace(go.Scatter(
+            x=bound["concurrency"], y=bound[column], mode="markers", name=CLIENT_BOUND_NAME,
+            legendgroup="client-bound", showlegend=n == 0,
+            marker={"symbol": "x-thin", "size": 18, "line": {"width": 3, "color": "#d62728"}},
+            customdata=lag.tolist(),
+            hovertemplate="C=%{x}: client-bound, loop lag p99 %{customdata:.1f} ms"
+                          "<extra></extra>"))
+
+
+def figures_vs_c(levels: pd.DataFrame, columns: dict[str, str], y_title: str,
+                 labels: dict[str, str], users: Collection[str] = ()) -> go.Figure:
+    """Several figures of each run against C (TPOT and ITL percentiles, say): a color per run,
+    a dash per figure; client-bound levels marked."""
+    fig = go.Figure()
+    dashes = ("solid", "dot", "dash", "longdash", "dashdot")
+    letter = "U" if set(levels["run_id"]) <= set(users) and len(users) else "C"
+    for i, (run_id, frame) in enumerate(levels.groupby("run_id", sort=False)):
+        frame = frame.sort_values("concurrency")
+        for k, (column, name) in enumerate(columns.items()):
+            if column not in frame or frame[column].isna().all():
+                continue
+            fig.add_trace(go.Scatter(
+                x=frame["concurrency"], y=frame[column], mode="lines+markers",
+                name=f"{labels.get(run_id, run_id)}: {name}",
+                line={"color": PALETTE[i % len(PALETTE)], "dash": dashes[k % len(dashes)]},
+                hovertemplate=letter + "=%{x}<br>%{y:.2f}<extra>%{fullData.name}</extra>"))
+    _mark_client_bound(fig, levels, list(columns))
+    _log2_axis(fig, levels["concurrency"], level_title(levels["run_id"].unique(), users))
+    fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 30, "b": 10}, height=420)
+    return fig
+
+
+def request_timeline(requests: pd.DataFrame, chunks: pd.DataFrame,
+                     client_bound: bool = False) -> go.Figure:
+    """One bar per request (`--token-times`): waiting for the first token, then streaming to
+    the last, each chunk a tick where it arrived; times from the level's first send."""
+    frame = requests.reset_index(drop=True)
+    names = [f"r{r} w{w}" for r, w in zip(frame["round"], frame["worker"], strict=True)]
+    ttft = frame["ttft_ms"].fillna(frame["latency_ms"]).fillna(0.0)
+    stream = (frame["latency_ms"].fillna(0.0) - ttft).clip(lower=0.0)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(y=names, x=ttft, base=frame["sent_ms"], orientation="h",
+                         name="send to first token", marker={"color": "#c7c7c7"},
+                         hovertemplate="%{y}: TTFT %{x:.1f} ms<extra></extra>"))
+    fig.add_trace(go.Bar(y=names, x=stream, base=frame["sent_ms"] + ttft, orientation="h",
+                         name="first to last token", marker={"color": PALETTE[0]},
+                         hovertemplate="%{y}: streaming %{x:.1f} ms<extra></extra>"))
+    if not chunks.empty:
+        row = dict(zip(frame["request_id"], names, strict=True))
+        fig.add_trace(go.Scatter(
+            x=chunks["at_ms"], y=chunks["request_id"].map(row), mode="markers",
+            name="chunk (its tokens in the hover)",
+            marker={"symbol": "line-ns-open", "size": 9, "color": "#111111"},
+            customdata=chunks["tokens"].fillna(-1).astype(int).tolist(),
+            hovertemplate="%{x:.1f} ms: %{customdata} token(s)<extra></extra>"))
+    title = "client-bound level: times may be late by the loop lag" if client_bound else None
+    fig.update_layout(barmode="overlay", xaxis_title="ms since the level's first send",
+                      yaxis={"autorange": "reversed", "title": "request (round, worker)"},
+                      legend={"orientation": "h", "y": -0.3}, title=title,
+                      height=max(320, 18 * len(frame) + 140), margin={"t": 40, "b": 10})
     return fig
 
 

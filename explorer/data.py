@@ -21,6 +21,7 @@ import pandas as pd
 from harness.config import StoredRun
 from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
+from harness.results.goodput import Slo
 from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
 from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.results.store import DEFAULT_DB, Store, StoreError
@@ -127,6 +128,52 @@ def request_distribution(path: Path, run_id: str, metric: str) -> pd.DataFrame:
         FROM (SELECT concurrency, {column} AS v FROM request_figures
               WHERE run_id = ? AND ok AND latency_ms > 0)
         WHERE v IS NOT NULL GROUP BY concurrency ORDER BY concurrency""", [run_id])
+
+
+def goodput(path: Path, run_id: str, slo: Slo) -> pd.DataFrame:
+    """Per level, the share of requests meeting every objective of `slo` and such requests
+    per second of busy time (harness.results.goodput, in SQL: an error or a missing figure
+    misses its objective)."""
+    checks = [f"{column} <= {float(limit)!r}" for key, column in
+              (("ttft_ms", "ttft_ms"), ("tpot_ms", "tpot_ms"), ("e2e_ms", "latency_ms"))
+              if (limit := getattr(slo, key)) is not None]
+    met = " AND ".join(["ok", *checks])
+    return query(path, f"""
+        SELECT f.concurrency, count(*) AS requests,
+               avg(CASE WHEN {met} THEN 1.0 ELSE 0.0 END) AS goodput_share,
+               count(*) FILTER (WHERE {met}) / any_value(l.busy_s) AS goodput_rps
+        FROM request_figures f JOIN levels l ON l.run_id = f.run_id
+            AND l.concurrency = f.concurrency AND l.rate IS NULL
+        WHERE f.run_id = ? AND f.rate IS NULL
+        GROUP BY f.concurrency ORDER BY f.concurrency""", [run_id])
+
+
+def has_token_times(path: Path, run_id: str) -> bool:
+    """The run was stored with `--token-times` (chunk_times rows)."""
+    found = query(path, "SELECT count(*) AS n FROM (SELECT 1 FROM chunk_times WHERE run_id = ? "
+                        "LIMIT 1)", [run_id])
+    return not found.empty and int(found["n"].iloc[0]) > 0
+
+
+def timeline(path: Path, run_id: str, concurrency: int, limit: int = 64) -> tuple[
+        pd.DataFrame, pd.DataFrame]:
+    """A level's first `limit` requests as (requests, chunks): each request's send offset
+    from the level's first send, TTFT and latency (ms); each chunk's arrival on that axis."""
+    requests = query(path, """
+        SELECT request_id, round, worker, ttft_ms, latency_ms, ok,
+               (epoch_us(sent_at) - min(epoch_us(sent_at)) OVER ()) / 1000.0 AS sent_ms
+        FROM requests WHERE run_id = ? AND concurrency = ? AND rate IS NULL
+        ORDER BY sent_at, request_id LIMIT ?""", [run_id, concurrency, limit])
+    if requests.empty:
+        return requests, pd.DataFrame()
+    chunks = query(path, """
+        SELECT request_id, idx, t_ns / 1e6 AS t_ms, tokens FROM chunk_times
+        WHERE run_id = ? AND request_id IN (SELECT unnest(?)) ORDER BY request_id, idx""",
+                   [run_id, requests["request_id"].tolist()])
+    if not chunks.empty:
+        sent = requests.set_index("request_id")["sent_ms"]
+        chunks["at_ms"] = chunks["request_id"].map(sent) + chunks["t_ms"]
+    return requests, chunks
 
 
 def first_round_vs_rest(path: Path, run_id: str) -> pd.DataFrame:

@@ -88,6 +88,17 @@ COLUMNS: dict[str, Column] = {
     "p50_tpot_ms": Column("p50 TPOT (ms/token)", "number", "%.2f"),
     "p90_tpot_ms": Column("p90 TPOT (ms/token)", "number", "%.2f"),
     "p99_tpot_ms": Column("p99 TPOT (ms/token)", "number", "%.2f"),
+    "mean_itl_ms": Column("mean ITL (ms/token)", "number", "%.2f"),
+    "p50_itl_ms": Column("p50 ITL (ms/token)", "number", "%.2f"),
+    "p90_itl_ms": Column("p90 ITL (ms/token)", "number", "%.2f"),
+    "p99_itl_ms": Column("p99 ITL (ms/token)", "number", "%.2f"),
+    "mean_tokens_per_chunk": Column("tokens per chunk", "number", "%.2f"),
+    "tokens_per_chunk_estimated": Column("tokens per chunk estimated", "check"),
+    "goodput_share": Column("goodput (share meeting the SLO)", "number", "percent"),
+    "goodput_rps": Column("goodput (req/s)", "number", "%.2f"),
+    "client_bound": Column("client-bound", "check"),
+    "loop_lag_p99_ms": Column("harness loop lag p99 (ms)", "number", "%.2f"),
+    "client_cpu_share": Column("harness CPU (of a core)", "number", "percent"),
     "p50_e2e_ms": Column("p50 E2E (ms)", "number", MS),
     "p90_e2e_ms": Column("p90 E2E (ms)", "number", MS),
     "p99_e2e_ms": Column("p99 E2E (ms)", "number", MS),
@@ -116,9 +127,14 @@ RUN_PINNED = ("max_c", "chat_users", "agentic_users")
 LEVEL_COLUMNS = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttft_ms",
                  "mean_tps", "p10_tps", "fails_because", "requests", "errors", "short_outputs",
                  "p50_ttft_ms", "p90_ttft_ms", "p50_tps", "p1_tps", "throughput_tps",
-                 "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p50_e2e_ms",
-                 "p90_e2e_ms", "p99_e2e_ms", "mean_output_tokens", "mean_prompt_tokens",
-                 "mean_cached_tokens", "p50_send_lag_ms", "p99_send_lag_ms")
+                 "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+                 "p50_itl_ms", "p90_itl_ms", "p99_itl_ms", "mean_tokens_per_chunk",
+                 "tokens_per_chunk_estimated", "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms",
+                 "client_bound", "loop_lag_p99_ms", "client_cpu_share", "mean_output_tokens",
+                 "mean_prompt_tokens", "mean_cached_tokens", "p50_send_lag_ms",
+                 "p99_send_lag_ms")
+# goodput per level under the SLO set on the Run page
+GOODPUT_COLUMNS = ("concurrency", "requests", "goodput_share", "goodput_rps")
 
 # a rate run's levels (`run --mode rate`): keyed by the request rate, send lag up front
 RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps", "p10_tps",

@@ -58,8 +58,9 @@ class RequestRecord:
     itl_p99_ms: float | None = None
     itl_bins: list[int] | None = field(default=None, repr=False)  # token gaps' histogram
     itl_counts: list[int] | None = field(default=None, repr=False)
-    # `--token-times`: each content chunk's arrival after the send (ns) and its tokens
-    # (None: the server streamed no per-chunk usage); stored in the chunk_times table
+    # each content chunk's arrival after the send (ns) and its tokens (None: the server
+    # streamed no per-chunk usage), until stored: the store works out the figures above from
+    # them (harness.results.store.fill_token_timing), and keeps them with `--token-times`
     chunk_offsets_ns: list[int] | None = field(default=None, repr=False)
     chunk_tokens: list[int] | None = field(default=None, repr=False)
     reply: str | None = field(default=None, repr=False)  # `--turns`: the answer (not stored)

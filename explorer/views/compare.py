@@ -62,6 +62,17 @@ else:
             levels, "mean_tps", targets.tps_min, "TPS target", passing,
             "mean TPS per request (tok/s)", labels, bands[bands["metric"] == "tps"], user_runs),
             width="stretch")
+        if "mean_tpot_ms" in levels and levels["mean_tpot_ms"].notna().any():
+            st.subheader("Token timing")
+            st.caption("TPOT and token-weighted ITL (a chunk of k tokens counts as k gaps), "
+                       "one color per run; a red cross marks a client-bound level.")
+            left, right = st.columns(2)
+            left.plotly_chart(charts.figures_vs_c(
+                levels, {"mean_tpot_ms": "TPOT mean", "p99_itl_ms": "ITL p99"},
+                "ms per output token", labels, user_runs), width="stretch")
+            right.plotly_chart(charts.figures_vs_c(
+                levels, {"p50_e2e_ms": "E2E p50", "p99_e2e_ms": "E2E p99"},
+                "end-to-end latency (ms)", labels, user_runs), width="stretch")
         fig, _ = charts.percent_difference(levels, selected[0], labels, user_runs)
         st.subheader(f"Difference against {labels[selected[0]]}")
         st.plotly_chart(fig, width="stretch")

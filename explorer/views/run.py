@@ -14,6 +14,7 @@ import streamlit as st
 from explorer import charts, data, rate, tables, ui
 from harness.config import PROFILE_DUTY
 from harness.results import verdicts
+from harness.results.goodput import Slo
 from harness.results.metrics import capacity
 
 # counters_frame column: (readable name, number format; None for text)
@@ -142,6 +143,61 @@ def show_users_headline(run_id: str, n_levels: int) -> None:
                f"{row['estimate']} from the closed run {row['paired_run']} of the same setup.")
 
 
+TOKEN_FIGURES = {"mean_tpot_ms": "TPOT mean", "p99_tpot_ms": "TPOT p99",
+                 "p50_itl_ms": "ITL p50", "p99_itl_ms": "ITL p99"}
+E2E_FIGURES = {"p50_e2e_ms": "E2E p50", "p90_e2e_ms": "E2E p90", "p99_e2e_ms": "E2E p99"}
+
+
+def show_token_timing(path: Path, run_id: str, levels: pd.DataFrame, labels: dict[str, str],
+                      users: set[str]) -> None:
+    """TPOT, token-weighted ITL and end-to-end latency per level, goodput under an SLO set
+    here, and with `--token-times` a request timeline of a chosen level."""
+    if "mean_tpot_ms" not in levels or levels["mean_tpot_ms"].isna().all():
+        return
+    st.subheader("Token timing per level")
+    st.caption("TPOT: (latency - TTFT) / (output tokens - 1) per request, the tokens the "
+               "server counted. ITL is token-weighted: a chunk of k tokens that came g ms after "
+               "the one before counts as k gaps of g / k, so a speculative server's multi-token "
+               "chunks are not read as one slow token (each request's chunk gaps are in the "
+               "requests CSV, named chunk_gap_*). Tokens per chunk come from the server's "
+               "per-chunk usage, else are estimated. A red cross marks a client-bound level.")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.figures_vs_c(levels, TOKEN_FIGURES, "ms per output token", labels,
+                                          users), width="stretch")
+    right.plotly_chart(charts.figures_vs_c(levels, E2E_FIGURES, "end-to-end latency (ms)",
+                                           labels, users), width="stretch")
+    st.markdown("**Goodput**: the share of requests meeting every objective you set (0: none)")
+    cols = st.columns(3)
+    limits = {key: cols[i].number_input(name, min_value=0.0, value=0.0, step=10.0,
+                                        key=f"slo_{key}")
+              for i, (key, name) in enumerate((("ttft_ms", "TTFT at most (ms)"),
+                                               ("tpot_ms", "TPOT at most (ms)"),
+                                               ("e2e_ms", "E2E at most (ms)")))}
+    given = {k: v for k, v in limits.items() if v > 0}
+    if given:
+        good = data.goodput(path, run_id, Slo(**given))
+        tables.show(good, tables.GOODPUT_COLUMNS, pinned=("concurrency",))
+        good["run_id"] = run_id
+        st.plotly_chart(charts.figures_vs_c(
+            good.merge(levels[["run_id", "concurrency", *(
+                ["client_bound", "loop_lag_p99_ms"] if "client_bound" in levels else [])]],
+                on=["run_id", "concurrency"], how="left"),
+            {"goodput_share": "goodput share"}, "share of requests meeting the SLO", labels,
+            users), width="stretch")
+    if data.has_token_times(path, run_id):
+        st.subheader("Request timeline")
+        st.caption("Stored with --token-times: each bar is one request, grey while it waited "
+                   "for its first token, blue while it streamed; each tick is a chunk's "
+                   "arrival (its tokens in the hover). The level's first 64 requests.")
+        level = st.selectbox("level", [int(c) for c in levels["concurrency"]],
+                             key="timeline_level")
+        requests, chunks = data.timeline(path, run_id, level)
+        bound = levels.loc[levels["concurrency"] == level, "client_bound"].eq(True).any() \
+            if "client_bound" in levels else False
+        st.plotly_chart(charts.request_timeline(requests, chunks, bool(bound)),
+                        width="stretch")
+
+
 def show_turns(run_id: str, users: bool) -> None:
     """A multi-turn run: per level and turn, the context sent (prompt tokens), what the server
     had cached of it, TTFT and TPS, as a table and TTFT against the context length."""
@@ -232,6 +288,7 @@ else:
             st.info("A published run: only its per-level means are known.")
         else:
             path, _ = ui.database()
+            show_token_timing(path, run_id, levels, labels, user_runs)
             st.subheader("Per-request distribution")
             metric = st.radio("metric", list(DISTRIBUTIONS), horizontal=True, key="run_dist",
                               format_func=DISTRIBUTIONS.get)

@@ -112,6 +112,7 @@ def summarise(
         row["loop_lag_p50_ms"] = _round(checked.loop_lag_p50_ms) if checked else None
         row["loop_lag_p99_ms"] = _round(checked.loop_lag_p99_ms) if checked else None
         row["client_cpu_share"] = _round(checked.cpu_share) if checked else None
+        row["client_cpu_wait_share"] = _round(checked.cpu_wait_share) if checked else None
         row["unread_bytes_max"] = checked.unread_bytes_max if checked else None
         row["client_bound"] = checked.client_bound if checked else None
         if checked and checked.client_bound:
@@ -141,6 +142,8 @@ def summarise(
     }
     summary.update(found)
     summary["turns"] = turns if len(turns) > 1 else None
+    config = StoredRun.from_json(run.get("config")).config
+    summary["token_times"] = bool(config and config.token_times)
     summary["warnings"] = warnings
     return summary
 
@@ -387,6 +390,10 @@ def _print_token_timing(summary: Summary, console: Console) -> None:
             _fmt(lv["p50_e2e_ms"], 0),
             _fmt(lv["p90_e2e_ms"], 0), _fmt(lv["p99_e2e_ms"], 0))
     console.print(table, width=max(console.width, 132))
+    if summary.get("token_times"):
+        console.print("--token-times: every chunk's arrival and tokens are stored in the "
+                      "chunk_times table (the explorer draws each level's request timeline)",
+                      highlight=False)
     if any(lv.get("tokens_per_chunk_estimated") for lv in levels):
         console.print("~ tokens per chunk estimated (output tokens / chunks): the server "
                       "streamed no per-chunk usage", highlight=False)

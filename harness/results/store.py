@@ -7,6 +7,7 @@ Each write opens the file, commits and closes it again, so a reader (the explore
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -21,6 +22,7 @@ import duckdb
 
 from harness.records import RequestRecord
 from harness.results.client_check import ClientCheck
+from harness.results.token_timing import StreamTiming, stream_timing
 
 DEFAULT_DB = Path("results/bench.duckdb")
 RUN_STATUSES = ("running", "complete", "aborted", "failed")
@@ -125,7 +127,7 @@ CREATE TABLE IF NOT EXISTS chunk_times (
     t_ns BIGINT,
     tokens INTEGER
 );
--- each pass of a level: was the harness the limit? its timing loop's lag (how late a 10 ms
+-- each pass of a level: was the harness the limit? its timing loop's lag (how late a 20 ms
 -- timer fired), its CPU seconds per second, and the received bytes left unread in its sockets
 -- (harness.results.client_check)
 CREATE TABLE IF NOT EXISTS client_checks (
@@ -138,7 +140,8 @@ CREATE TABLE IF NOT EXISTS client_checks (
     loop_lag_max_ms DOUBLE,
     cpu_share DOUBLE,
     unread_bytes_max BIGINT,
-    client_bound BOOLEAN
+    client_bound BOOLEAN,
+    cpu_wait_share DOUBLE  -- the loop's thread runnable without a CPU, per wall second
 );
 -- levels that `run --search` added after the sweep, in the order they were probed
 CREATE TABLE IF NOT EXISTS probes (
@@ -292,7 +295,7 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("request_figures", "tpot_ms", "DOUBLE"), ("levels", "p99_e2e_ms", "DOUBLE"),
             ("requests", "itl_counts", "INTEGER[]"), ("levels", "p99_itl_ms", "DOUBLE"),
             ("chunk_times", "tokens", "INTEGER"), ("client_checks", "client_bound", "BOOLEAN"),
-            ("levels", "client_bound", "BOOLEAN")}
+            ("levels", "client_bound", "BOOLEAN"), ("client_checks", "cpu_wait_share", "DOUBLE")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
@@ -314,6 +317,7 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_p90_ms DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_p99_ms DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_bins SMALLINT[];
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS itl_counts INTEGER[];
+ALTER TABLE IF EXISTS client_checks ADD COLUMN IF NOT EXISTS cpu_wait_share DOUBLE;
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS rate DOUBLE;
 ALTER TABLE IF EXISTS server_stats ADD COLUMN IF NOT EXISTS repeat INTEGER;
@@ -322,6 +326,20 @@ ALTER TABLE IF EXISTS server_metrics ADD COLUMN IF NOT EXISTS repeat INTEGER;
 DELETE FROM requests WHERE rowid NOT IN
     (SELECT min(rowid) FROM requests GROUP BY run_id, request_id);
 """
+
+
+_TIMING_FIELDS = tuple(f.name for f in dataclasses.fields(StreamTiming))
+
+
+def fill_token_timing(record: RequestRecord) -> None:
+    """A record's inter-token figures from the chunk arrivals it carries (the client leaves
+    this work to the writer's process, off the timing loop); a record without them, or
+    filled already, is left as it is."""
+    if record.chunk_offsets_ns is None or record.tokens_per_chunk is not None:
+        return
+    timing = stream_timing(record.chunk_offsets_ns, record.chunk_tokens, record.output_tokens)
+    for name in _TIMING_FIELDS:
+        setattr(record, name, getattr(timing, name))
 
 
 class StoreError(RuntimeError):
@@ -432,7 +450,8 @@ class Store:
                 self._upgraded = True
             try:
                 yield con
-            except (duckdb.IOException, duckdb.FatalException) as exc:  # a full disk, say
+            except (duckdb.IOException, duckdb.FatalException,
+                    duckdb.TransactionException) as exc:  # a full disk, say (at commit)
                 verb = "read" if read_only else "written"
                 raise StoreError(f"{self.path} could not be {verb}: "
                                  f"{str(exc).splitlines()[0]}") from None
@@ -493,7 +512,12 @@ class Store:
         assert status in RUN_STATUSES
         self.update_run(run_id, status=status, finished_at=_utc(time.time()), error=error)
 
-    def write_requests(self, run_id: str, records: Sequence[RequestRecord]) -> None:
+    def write_requests(self, run_id: str, records: Sequence[RequestRecord],
+                       token_times: bool = False) -> None:
+        """Store rows (a row already stored is left as it is); with `token_times`, every
+        chunk of each in `chunk_times` too."""
+        for r in records:
+            fill_token_timing(r)
         rows = [
             (run_id, r.concurrency, r.round, r.worker, r.request_id, _utc(r.sent_at), r.ttft_ms,
              r.latency_ms, r.output_tokens, r.output_tokens_estimated, r.input_tokens, r.chunks,
@@ -508,7 +532,7 @@ class Store:
         if not rows:
             return
         timed = [(run_id, r.request_id, r.chunk_offsets_ns, r.chunk_tokens)
-                 for r in records if r.chunk_offsets_ns]
+                 for r in records if r.chunk_offsets_ns] if token_times else []
         marks = ", ".join("?" for _ in rows[0])
         with self._connect() as con:
             con.execute("BEGIN")
@@ -574,9 +598,10 @@ class Store:
             con.execute("DELETE FROM client_checks WHERE run_id = ? AND concurrency = ? "
                         "AND rate IS NOT DISTINCT FROM ? AND repeat = ?",
                         [run_id, concurrency, rate, repeat])
-            con.execute("INSERT INTO client_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            con.execute("INSERT INTO client_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [run_id, concurrency, rate, repeat, c.loop_lag_p50_ms, c.loop_lag_p99_ms,
-                         c.loop_lag_max_ms, c.cpu_share, c.unread_bytes_max, c.client_bound])
+                         c.loop_lag_max_ms, c.cpu_share, c.unread_bytes_max, c.client_bound,
+                         c.cpu_wait_share])
             con.execute("COMMIT")
 
     # -- reads -------------------------------------------------------------------------------

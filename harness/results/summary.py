@@ -67,6 +67,7 @@ class LevelRow(TypedDict, total=False):
     loop_lag_p50_ms: float | None  # the harness's self-check (harness.results.client_check)
     loop_lag_p99_ms: float | None
     client_cpu_share: float | None
+    client_cpu_wait_share: float | None  # the loop's thread runnable without a CPU
     unread_bytes_max: int | None
     client_bound: bool | None
     goodput_share: float | None  # with --slo
@@ -159,4 +160,5 @@ class Summary(TypedDict, total=False):
     max_users: int
     users: UsersDict
     turns: list[TurnRow] | None
+    token_times: bool  # `--token-times`: the run stored every chunk (chunk_times)
     warnings: list[str]

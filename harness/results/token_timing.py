@@ -56,19 +56,23 @@ class StreamTiming:
     itl_counts: list[int] | None = None
 
 
-def weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float | None:
-    """The smallest value whose cumulative weight reaches q of the total (nearest rank):
-    `pairs` are (value, weight), in any order."""
+def weighted_quantiles(pairs: Sequence[tuple[float, float]], qs: Sequence[float]
+                       ) -> list[float | None]:
+    """For each q (ascending), the smallest value whose cumulative weight reaches q of the
+    total (nearest rank); `pairs` are (value, weight), in any order. One sort for all."""
     ordered = sorted(pairs)
     total = sum(w for _, w in ordered)
     if not ordered or total <= 0:
-        return None
-    reach, cum = q * total, 0.0
-    for value, weight in ordered:
-        cum += weight
-        if cum >= reach:
-            return value
-    return ordered[-1][0]
+        return [None] * len(qs)
+    out: list[float | None] = []
+    cum, i = 0.0, 0
+    for q in qs:
+        reach = q * total
+        while i < len(ordered) and cum + ordered[i][1] < reach:
+            cum += ordered[i][1]
+            i += 1
+        out.append(ordered[min(i, len(ordered) - 1)][0])
+    return out
 
 
 def stream_timing(times_ns: Sequence[int], chunk_tokens: Sequence[int] | None,
@@ -103,6 +107,7 @@ def stream_timing(times_ns: Sequence[int], chunk_tokens: Sequence[int] | None,
         b = bin_of(per_token_ms * 1000.0)
         histogram[b] = histogram.get(b, 0) + max(1, round(weight))
     bins = sorted(histogram)
+    p50, p90, p99 = weighted_quantiles(token_gaps, (0.5, 0.9, 0.99))
     return StreamTiming(
         tokens_per_chunk=per_chunk,
         tokens_per_chunk_estimated=estimated,
@@ -111,9 +116,9 @@ def stream_timing(times_ns: Sequence[int], chunk_tokens: Sequence[int] | None,
         chunk_gap_p90_ms=quantile(gaps, 0.9),
         chunk_gap_p99_ms=quantile(gaps, 0.99),
         itl_mean_ms=(sum(gaps) - pending_ms) / tokens_after_first if tokens_after_first else None,
-        itl_p50_ms=weighted_quantile(token_gaps, 0.5),
-        itl_p90_ms=weighted_quantile(token_gaps, 0.9),
-        itl_p99_ms=weighted_quantile(token_gaps, 0.99),
+        itl_p50_ms=p50,
+        itl_p90_ms=p90,
+        itl_p99_ms=p99,
         itl_bins=bins or None,
         itl_counts=[histogram[b] for b in bins] or None,
     )
@@ -147,9 +152,6 @@ def pooled_itl(streams: Iterable[tuple[float | None, Sequence[int] | None,
     if not weight:
         return PooledItl(None, None, None, None)
     pairs = [(float(b), float(c)) for b, c in merged.items()]
-
-    def at(q: float) -> float | None:
-        b = weighted_quantile(pairs, q)
-        return None if b is None else bin_value_ms(int(b))
-
-    return PooledItl(weighted_sum / weight, at(0.5), at(0.9), at(0.99))
+    p50, p90, p99 = (None if b is None else bin_value_ms(int(b))
+                     for b in weighted_quantiles(pairs, (0.5, 0.9, 0.99)))
+    return PooledItl(weighted_sum / weight, p50, p90, p99)

@@ -181,7 +181,7 @@ async def execute(
         words = stored.prompt_words
         store.update_run(run_id, status="running", finished_at=None, error=None)
         for path, rows in spill.pending(store.path, run_id):  # measured when the disk was full
-            store.write_requests(run_id, rows)
+            store.write_requests(run_id, rows, config.token_times)
             path.unlink()
             progress.message(f"stored the {len(rows)} rows kept in {path}")
     if words is not None:
@@ -192,7 +192,7 @@ async def execute(
     sweep = Sweep(config, endpoint, run_id, prompts, clock)
     writer = BackgroundWriter(store, run_id, lambda rows: progress.message(
         f"the results writer process died: restarted it, and sent the {rows} rows it had not "
-        "stored again"))
+        "stored again"), token_times=config.token_times)
     scraper = Scraper(endpoint) if config.server_metrics else None
     monitor = LoopMonitor(sweep.pool.unread_bytes)
     outcomes: list[LevelOutcome] = []

@@ -159,8 +159,7 @@ class Sweep:
         record = await stream_completion(self.pool, request, record, self.clock,
                                          self.config.request_timeout_s,
                                          self.config.stall_timeout_s,
-                                         keep_text=history is not None,
-                                         token_times=self.config.token_times)
+                                         keep_text=history is not None)
         if history is not None:
             history.append((said, record.reply or ""))
         return record
@@ -190,7 +189,7 @@ class Sweep:
             record.scheduled_at = self.clock.wall(start_ns + round(offset * 1e9))
             task = asyncio.create_task(stream_completion(
                 self.pool, request, record, self.clock, self.config.request_timeout_s,
-                self.config.stall_timeout_s, token_times=self.config.token_times))
+                self.config.stall_timeout_s))
             task.add_done_callback(functools.partial(_report, on_record))
             tasks.append(task)
         records = list(await asyncio.gather(*tasks))

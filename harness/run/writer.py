@@ -29,8 +29,8 @@ _FLUSH_POLL_S = 0.01
 MAX_RESTARTS = 3  # deaths in a row, with nothing acknowledged between them
 
 
-def _serve(db_path: str, lock_timeout_s: float, run_id: str, inbox: mp.Queue, acks: mp.Queue,
-           parent: int) -> None:
+def _serve(db_path: str, lock_timeout_s: float, run_id: str, token_times: bool,
+           inbox: mp.Queue, acks: mp.Queue, parent: int) -> None:
     """Child process: write each batch, ack it; exit when told or when the parent died."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     store = Store(Path(db_path), lock_timeout_s)
@@ -45,7 +45,7 @@ def _serve(db_path: str, lock_timeout_s: float, run_id: str, inbox: mp.Queue, ac
             return
         seq, batch = item
         try:
-            store.write_requests(run_id, batch)
+            store.write_requests(run_id, batch, token_times)
             acks.put((seq, None))
         except Exception as exc:
             acks.put((seq, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
@@ -59,11 +59,13 @@ class BackgroundWriter:
     """`submit` a finished round; `flush` (or `drain`) waits until every one is on disk."""
 
     def __init__(self, store: Store, run_id: str,
-                 on_restart: Callable[[int], None] | None = None) -> None:
-        """`on_restart(rows)`: a dead writer was started again and sent `rows` again."""
+                 on_restart: Callable[[int], None] | None = None,
+                 token_times: bool = False) -> None:
+        """`on_restart(rows)`: a dead writer was started again and sent `rows` again;
+        `token_times`: every chunk's arrival is stored too (`run --token-times`)."""
         self._on_restart = on_restart
         self._ctx = mp.get_context("spawn")
-        self._args = (str(store.path), store.lock_timeout_s, run_id)
+        self._args = (str(store.path), store.lock_timeout_s, run_id, token_times)
         self._unacked: dict[int, list[RequestRecord]] = {}
         self._seq = 0
         self._error: str | None = None
@@ -99,7 +101,8 @@ class BackgroundWriter:
             except queue.Empty:
                 break
             if error is None:
-                self._unacked.pop(seq, None)
+                for record in self._unacked.pop(seq, ()):  # stored: the chunk times go
+                    record.chunk_offsets_ns = record.chunk_tokens = None
                 self._deaths = 0
             else:
                 self._error = self._error or error

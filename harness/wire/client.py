@@ -26,11 +26,10 @@ import ssl
 import termios
 import time
 import weakref
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import cast
 
 from harness.records import RequestRecord
-from harness.results.token_timing import StreamTiming, stream_timing
 from harness.wire.completion_stream import CompletionStream, StreamFault
 from harness.wire.endpoint import Endpoint, check_proxies
 from harness.wire.http1 import ProtocolError, ResponseParser
@@ -333,11 +332,10 @@ async def stream_completion(
     request_timeout: float,
     stall_timeout: float | None = None,
     keep_text: bool = False,
-    token_times: bool = False,
 ) -> RequestRecord:
     """Send one prepared request and fill `record` with what the stream showed (with
-    `keep_text`, `record.reply` is the answer's text; with `token_times`, the record keeps
-    each chunk's arrival and tokens).
+    `keep_text`, `record.reply` is the answer's text). The record keeps each chunk's arrival
+    and tokens, from which the store works out its inter-token figures.
 
     `request_timeout` bounds the whole request; `stall_timeout` (None: off) the gap between
     tokens after the first. A pooled keep-alive connection that closes before any byte of the
@@ -366,7 +364,7 @@ async def stream_completion(
             continue
         pool.release(conn)
         break
-    _fill(record, exchange, clock, sent_ns, exchange.end_ns, token_times)
+    _fill(record, exchange, clock, sent_ns, exchange.end_ns)
     if record.retried and record.error_message:
         record.error_message += f" (on the re-send; the first attempt ended {record.retried})"
     return record
@@ -409,12 +407,8 @@ async def _wait(conn: _Connection, exchange: _Exchange, watchdog: _Watchdog) -> 
         watchdog.cancel()
 
 
-_TIMING_FIELDS = tuple(f.name for f in fields(StreamTiming))
-
-
 def _fill(
-    record: RequestRecord, ex: _Exchange, clock: Clock, sent_ns: int, end_ns: int,
-    token_times: bool,
+    record: RequestRecord, ex: _Exchange, clock: Clock, sent_ns: int, end_ns: int
 ) -> None:
     stream = ex.stream
     record.sent_at = clock.wall(sent_ns)
@@ -435,12 +429,9 @@ def _fill(
     else:
         record.output_tokens = stream.chunks
         record.output_tokens_estimated = True
-    timing = stream_timing(times, stream.chunk_tokens, record.output_tokens)
-    for name in _TIMING_FIELDS:
-        setattr(record, name, getattr(timing, name))
-    if token_times:
-        record.chunk_offsets_ns = [t - sent_ns for t in times]
-        record.chunk_tokens = stream.chunk_tokens
+    # the inter-token figures are worked out by the results writer's process, off this loop
+    record.chunk_offsets_ns = [t - sent_ns for t in times]
+    record.chunk_tokens = stream.chunk_tokens
     status = ex.parser.status
     if status:
         record.http_status = status

@@ -12,14 +12,18 @@ the bundled server's own; run `nvme` has none.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import random
 from pathlib import Path
 
 from harness.config import RunConfig, StoredRun
 from harness.records import RequestRecord
+from harness.results.client_check import ClientCheck
 from harness.results.server_metrics import MetricRow
 from harness.results.store import Store
+from harness.results.token_timing import stream_timing
 
 T0 = 1_790_000_000.0
 LEVELS = (1, 2, 4, 8)
@@ -361,3 +365,53 @@ def build_with_users(path: Path) -> dict[str, str]:
     """The fixture database plus the users, paired closed and multi-turn runs."""
     ids = build(path)
     return {**ids, **add_users_runs(Store(path))}
+
+
+# A speculative server measured with --token-times: 4-token chunks every 10 ms (with jitter),
+# per-chunk usage; the harness's self-check found C=8 client-bound.
+TIMED_RUN = "fixture-timed"
+TIMED_LEVELS = (1, 2, 4, 8)
+
+
+def timed_records(start: float = T0 + 9000) -> list[RequestRecord]:
+    rng = random.Random("timed")
+    out = []
+    for c in TIMED_LEVELS:
+        for rnd in range(3):
+            for w in range(c):
+                ttft_ns = int((40 + 10 * c + rng.uniform(0, 10)) * 1e6)
+                offsets = [ttft_ns]
+                for _ in range(31):
+                    offsets.append(offsets[-1] + int((10 + rng.uniform(-2, 4)) * 1e6))
+                tokens = [4] * 32
+                timing = stream_timing(offsets, tokens, 128)
+                latency_ms = offsets[-1] / 1e6 + 1.0
+                out.append(RequestRecord(
+                    request_id=f"timed-c{c}-r{rnd}-w{w}", concurrency=c, round=rnd, worker=w,
+                    sent_at=start + rnd * latency_ms / 1000 + w * 0.002, ttft_ms=ttft_ns / 1e6,
+                    latency_ms=latency_ms, output_tokens=128, input_tokens=128, chunks=32,
+                    max_gap_ms=max(b - a for a, b in itertools.pairwise(offsets))
+                    / 1e6, finish_reason="length", http_status=200,
+                    chunk_offsets_ns=offsets, chunk_tokens=tokens,
+                    **{f.name: getattr(timing, f.name) for f in dataclasses.fields(timing)}))
+        start += 10
+    return out
+
+
+def build_with_token_times(path: Path) -> dict[str, str]:
+    """The fixture database plus a run stored with --token-times."""
+    ids = build(path)
+    store = Store(path)
+    store.create_run(TIMED_RUN, {
+        "device": "spark", "engine": "vllm", "model": "qwen-mini", "table_placement": "",
+        "target_url": "http://127.0.0.1:8000/v1", "api": "chat", "mode": "closed",
+        "levels": list(TIMED_LEVELS), "rounds": 3, "input_tokens": 128, "output_tokens": 128,
+        "measured_input_tokens": 128, "label": "fixture timed", "config": json.dumps({})})
+    store.write_requests(TIMED_RUN, timed_records(), token_times=True)
+    for c in TIMED_LEVELS:
+        starved = c == 8  # its loop waited for a CPU half the time: late by up to 30 ms
+        store.write_client_check(TIMED_RUN, c, ClientCheck(
+            2.5 if starved else 0.2, 30.0 if starved else 0.6, 60.0 if starved else 1.2, 0.3,
+            0, 0.5 if starved else 0.02))
+    store.finish_run(TIMED_RUN, "complete")
+    return {**ids, "timed": TIMED_RUN}

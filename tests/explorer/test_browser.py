@@ -110,7 +110,7 @@ def test_run_page_shows_server_and_client_ttft_in_chromium(served_app, tmp_path)
 
 
 # url path: (heading, tables, charts) the page shows on the fixture database
-PAGES = {"": ("Runs", 1, 0), "run": ("Run", 2, 5), "compare": ("Compare", 2, 4),
+PAGES = {"": ("Runs", 1, 0), "run": ("Run", 2, 7), "compare": ("Compare", 2, 6),
          "capacity": ("Capacity", 1, 0), "sizing": ("Sizing", 0, 1),
          "reference": ("Published reference", 1, 2)}
 RUNS_TABLE = {"": 0, "compare": 1, "capacity": 0, "reference": 0}  # which table lists runs
@@ -200,3 +200,47 @@ def test_run_page_shows_max_users_and_turns_in_chromium(served_users_app, tmp_pa
     assert "Turns CSV (6 rows)" in texts[fixtures.TURNS_RUN]
     assert all((tmp_path / f"{r}.png").stat().st_size > 10_000
                for r in (fixtures.USERS_RUN, fixtures.TURNS_RUN))
+
+
+@pytest.fixture
+def served_timed_app(tmp_path):
+    yield from serve(tmp_path, fixtures.build_with_token_times)
+
+
+def test_run_page_shows_token_timing_goodput_and_the_timeline_in_chromium(served_timed_app,
+                                                                          tmp_path):
+    """A run stored with --token-times: TPOT/ITL and E2E charts, goodput once an SLO is set,
+    and the request timeline with its chunk ticks; screenshots saved under the tmp dir."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does)")
+        pytest.skip("Debian's chromium is not installed here")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=["--no-sandbox", "--disable-gpu",
+                                           "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.goto(served_timed_app + "/run", wait_until="domcontentloaded")
+        heading = page.get_by_text("Token timing per level")
+        heading.wait_for(timeout=60_000)  # the newest run, the timed one, is shown first
+        slo = page.get_by_label("TTFT at most (ms)")
+        slo.fill("100")
+        slo.press("Enter")
+        page.get_by_text("goodput (share meeting the SLO)").first.wait_for(
+            state="attached", timeout=30_000)  # a grid header: in the DOM, drawn on canvas
+        heading.scroll_into_view_if_needed()
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(tmp_path / "token_timing.png"))
+        timeline = page.get_by_text("Request timeline")
+        timeline.wait_for(timeout=30_000)
+        timeline.scroll_into_view_if_needed()
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(tmp_path / "timeline.png"))
+        page.screenshot(path=str(tmp_path / "run_page_timed.png"), full_page=True)
+        text = page.locator("body").inner_text()
+        browser.close()
+    assert "client-bound level (the harness was the limit)" in text
+    assert "chunk (its tokens in the hover)" in text
+    assert (tmp_path / "timeline.png").stat().st_size > 10_000

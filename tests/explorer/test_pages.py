@@ -70,8 +70,9 @@ def test_run_page_shows_capacity_levels_and_counters(monkeypatch, fixture_db):
     assert {"resident / budget", "major faults/token", "Engram stall (of step time)",
             "mean read queue depth", "gather CPU ms/token"} <= set(counters.columns)
     assert "Levels CSV (5 rows)" in downloads(at) and "Requests CSV (180 rows)" in downloads(at)
-    charts = at.get("plotly_chart")  # TTFT, TPS, distribution, first round, step time
-    assert len(charts) == 5 and '"barmode":"relative"' in charts[4].proto.spec
+    # TTFT, TPS, TPOT/ITL, E2E, distribution, first round, step time
+    charts = at.get("plotly_chart")
+    assert len(charts) == 7 and '"barmode":"relative"' in charts[6].proto.spec
     for chart in charts[:2]:  # the probe C=3 (failing) is a hollow diamond, with a legend key
         traces = json.loads(chart.proto.spec)["data"]
         assert traces[0]["marker"]["symbol"] == ["circle", "circle", "diamond-open",

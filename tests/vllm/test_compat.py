@@ -187,6 +187,15 @@ def test_a_sweep_calibrates_prompts_and_stores_server_metrics(vllm, tmp_path, ap
     records = Store(db).requests(summary["run_id"])
     assert len(records) == 2 * 4 + 8 * 4
     assert all(r.output_tokens == 32 and not r.output_tokens_estimated for r in records)
+    # token timing from vLLM's per-chunk usage (continuous_usage_stats): each chunk's tokens
+    # are the server's, adding up to the request's
+    for r in records:
+        assert not r.tokens_per_chunk_estimated and r.tokens_per_chunk >= 1, r
+        assert r.tokens_per_chunk * r.chunks == pytest.approx(32, abs=1), r
+        assert r.tpot_ms > 0 and r.itl_mean_ms > 0 and r.itl_p99_ms >= r.itl_p50_ms > 0
+    for level in summary["levels"]:
+        assert level["mean_tpot_ms"] > 0 and level["p99_itl_ms"] >= level["p50_itl_ms"] > 0
+        assert level["tokens_per_chunk_estimated"] is False
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT concurrency, name, kind, stat, value FROM server_metrics "
                            "WHERE run_id = ?", [summary["run_id"]]).fetchall()
