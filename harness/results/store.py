@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -337,9 +338,12 @@ def fill_token_timing(record: RequestRecord) -> None:
     filled already, is left as it is."""
     if record.chunk_offsets_ns is None or record.tokens_per_chunk is not None:
         return
-    timing = stream_timing(record.chunk_offsets_ns, record.chunk_tokens, record.output_tokens)
+    offsets = record.chunk_offsets_ns
+    timing = stream_timing(offsets, record.chunk_tokens, record.output_tokens)
     for name in _TIMING_FIELDS:
         setattr(record, name, getattr(timing, name))
+    if len(offsets) > 1:
+        record.max_gap_ms = max(b - a for a, b in itertools.pairwise(offsets)) / 1e6
 
 
 class StoreError(RuntimeError):

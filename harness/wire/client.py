@@ -18,7 +18,6 @@ from __future__ import annotations
 import array
 import asyncio
 import fcntl
-import itertools
 import json
 import os
 import socket
@@ -422,8 +421,6 @@ def _fill(
     times = stream.times_ns
     if times:
         record.ttft_ms = (times[0] - sent_ns) / 1e6
-        if len(times) > 1:
-            record.max_gap_ms = max(b - a for a, b in itertools.pairwise(times)) / 1e6
     if stream.completion_tokens is not None:
         record.output_tokens = stream.completion_tokens
     else:

@@ -3,6 +3,7 @@ Max C of the fixture run, and a users run's Max users beside its estimate; every
 at a wide and a narrow window with Max C in view; screenshots are saved under each test's tmp
 dir, to be looked at."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,6 +18,28 @@ from tests.explorer import fixtures
 from tests.explorer.apptest import RUNS_FIRST
 
 CHROMIUM = Path("/usr/bin/chromium")
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator:
+    """Debian's headless Chromium through Playwright (a test is skipped without it, and fails
+    in CI, which installs it); closed when the block ends."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does)")
+        pytest.skip("Debian's chromium is not installed here")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--disable-dev-shm-usage"])
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 @pytest.fixture
@@ -49,18 +72,7 @@ def serve(tmp_path: Path, build: Callable[[Path], object]) -> Iterator[str]:
 
 
 def test_run_page_renders_max_c_in_chromium(served_app, tmp_path):
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's chromium (.ci/run does)")
-        pytest.skip("Debian's chromium is not installed here")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--disable-dev-shm-usage"])
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(served_app + "/run", wait_until="domcontentloaded")
         metric = page.locator('[data-testid="stMetric"]', has_text="Max C")
@@ -73,7 +85,6 @@ def test_run_page_renders_max_c_in_chromium(served_app, tmp_path):
         page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
         shot = tmp_path / "run_page.png"
         page.screenshot(path=str(shot), full_page=True)
-        browser.close()
     assert text == "Max C2"  # fixture-nvme, the newest run, passes C=1,2
     assert shot.stat().st_size > 10_000
 
@@ -81,16 +92,7 @@ def test_run_page_renders_max_c_in_chromium(served_app, tmp_path):
 def test_run_page_shows_server_and_client_ttft_in_chromium(served_app, tmp_path):
     """The fixture run with server metrics: the server's own TTFT beside the client's, in a
     real browser; the screenshot is saved under the test's tmp dir."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's chromium (.ci/run does)")
-        pytest.skip("Debian's chromium is not installed here")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=["--no-sandbox", "--disable-gpu",
-                                           "--disable-dev-shm-usage"])
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
         page.goto(served_app + "/run", wait_until="domcontentloaded")
         page.locator('[data-testid="stSelectbox"]').first.click(timeout=60_000)
@@ -104,7 +106,6 @@ def test_run_page_shows_server_and_client_ttft_in_chromium(served_app, tmp_path)
         shot = tmp_path / "run_page_server_metrics.png"
         page.screenshot(path=str(shot))
         charts = page.locator(".js-plotly-plot").count()
-        browser.close()
     assert shot.stat().st_size > 10_000
     assert charts >= 1
 
@@ -126,17 +127,8 @@ def test_every_page_reads_at_a_glance_in_chromium(served_app, tmp_path, width):
     """Every page at a wide and a narrow window: it renders without an error, its tables carry
     human headers, and every runs table starts with Max C and the users, in view. A screenshot
     of each whole page is saved as <page>_<width>.png under the test's tmp dir."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's chromium (.ci/run does)")
-        pytest.skip("Debian's chromium is not installed here")
-    from playwright.sync_api import sync_playwright
-
     seen = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=["--no-sandbox", "--disable-gpu",
-                                           "--disable-dev-shm-usage"])
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": width, "height": 1000})
         for path, (heading, n_tables, n_charts) in PAGES.items():
             page.set_viewport_size({"width": width, "height": 1000})
@@ -154,7 +146,6 @@ def test_every_page_reads_at_a_glance_in_chromium(served_app, tmp_path, width):
             page.set_viewport_size({"width": width, "height": min(height, 8000)})
             page.wait_for_timeout(500)
             page.screenshot(path=str(tmp_path / f"{path or 'runs'}_{width}.png"))
-        browser.close()
     for path, (tables, errors) in seen.items():
         assert errors == 0, path
         assert len(tables) == PAGES[path][1], path
@@ -168,16 +159,7 @@ def test_every_page_reads_at_a_glance_in_chromium(served_app, tmp_path, width):
 def test_run_page_shows_max_users_and_turns_in_chromium(served_users_app, tmp_path):
     """A users run's headline (Max users measured, the estimate from the paired closed run)
     and a multi-turn run's per-turn table, in a real browser; screenshots under tmp dir."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's chromium (.ci/run does)")
-        pytest.skip("Debian's chromium is not installed here")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=["--no-sandbox", "--disable-gpu",
-                                           "--disable-dev-shm-usage"])
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
         texts = {}
         for run_id, wait_for in ((fixtures.USERS_RUN, "Max users (measured)"),
@@ -191,7 +173,6 @@ def test_run_page_shows_max_users_and_turns_in_chromium(served_users_app, tmp_pa
             texts[run_id] = page.locator('[data-testid="stMain"]').inner_text()
             page.screenshot(path=str(tmp_path / f"{run_id}.png"), full_page=True)
         errors = page.locator('[data-testid="stException"]').count()
-        browser.close()
     assert errors == 0
     users = " ".join(texts[fixtures.USERS_RUN].split())
     assert ("Max users (measured) 6 at duty cycle 0.25, beside the estimate Max C 2 x 4 = 8 "
@@ -211,16 +192,7 @@ def test_run_page_shows_token_timing_goodput_and_the_timeline_in_chromium(served
                                                                           tmp_path):
     """A run stored with --token-times: TPOT/ITL and E2E charts, goodput once an SLO is set,
     and the request timeline with its chunk ticks; screenshots saved under the tmp dir."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's chromium (.ci/run does)")
-        pytest.skip("Debian's chromium is not installed here")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=["--no-sandbox", "--disable-gpu",
-                                           "--disable-dev-shm-usage"])
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1200})
         page.goto(served_timed_app + "/run", wait_until="domcontentloaded")
         heading = page.get_by_text("Token timing per level")
@@ -240,7 +212,6 @@ def test_run_page_shows_token_timing_goodput_and_the_timeline_in_chromium(served
         page.screenshot(path=str(tmp_path / "timeline.png"))
         page.screenshot(path=str(tmp_path / "run_page_timed.png"), full_page=True)
         text = page.locator("body").inner_text()
-        browser.close()
     assert "client-bound level (the harness was the limit)" in text
     assert "chunk (its tokens in the hover)" in text
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
