@@ -4,6 +4,7 @@ chunks (as speculative decoding sends) has a TPOT of a quarter of its chunk gap.
 from __future__ import annotations
 
 import itertools
+import itertools
 import json
 import math
 
@@ -160,6 +161,8 @@ def test_token_times_match_the_servers_own_chunk_writes(sweep):
         assert record.itl_p50_ms == pytest.approx(gaps[math.ceil(len(gaps) / 2) - 1], abs=0.3)
         assert record.chunk_gap_mean_ms == pytest.approx(
             (writes[-1][0] - writes[0][0]) * 1000 / 15, abs=0.3)
+        widest = max((b[0] - a[0]) * 1000 for a, b in itertools.pairwise(writes))
+        assert record.max_gap_ms == pytest.approx(widest, abs=1.0)
 
 
 def test_the_summary_names_token_timing_per_level_and_the_json_agrees_with_the_view(sweep):
