@@ -4,7 +4,6 @@ chunks (as speculative decoding sends) has a TPOT of a quarter of its chunk gap.
 from __future__ import annotations
 
 import itertools
-import itertools
 import json
 import math
 
