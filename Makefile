@@ -53,7 +53,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-explorer cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -121,6 +121,14 @@ bench-offload: $(ALL)
 
 bench-streams: $(ALL)
 	$(BIN)/python benchmarks/token_streams.py
+
+# The users search beside the closed search on one mock server, and where its time goes.
+bench-users: $(ALL)
+	$(BIN)/python -m benchmarks.users_search
+
+# Measured users beside Max C x 4 with intervals, interleaved (BUNDLED=1: the spark server too).
+bench-users-study: $(ALL)
+	$(BIN)/python -m benchmarks.users_vs_closed $(if $(BUNDLED),--bundled)
 
 # On a CUDA machine (TORCH=<a CUDA build>): placement equivalence and a short offload run.
 cuda-check: $(ALL)

@@ -15,7 +15,7 @@ drift hits all alike):
   by its separate scraper process (bar off), as every run against a server with /metrics
   does by default;
 - `harness-users`: the harness in `--mode users --profile chat` with C users (bar and scraper
-  off): each user thinks ~3x its last request between requests (seeded exponential), so the
+  off): each user thinks ~3x the level's mean request between requests (seeded exponential), so the
   server sees ~C/4 of them at once; its TTFT bias has the harness's targets too;
 - `harness+tokens`: the harness with `--token-times` (every chunk's arrival kept and stored):
   its bias and CPU per chunk beside the `harness` row's are what token times cost;

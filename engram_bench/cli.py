@@ -26,6 +26,7 @@ from harness.config import (
     MAX_TEMPERATURE,
     MODES,
     PROFILE_DUTY,
+    THINK_DISTS,
     ConfigError,
     RunConfig,
     StoredRun,
@@ -219,13 +220,17 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="mode rate: seconds each rate level sends for")
     run.add_argument("--profile", choices=USER_PROFILES,
                      help="mode users: chat (a request running ~25%% of a user's time: think "
-                          "~3x its last request) or agentic (~67%%: think ~0.5x) (default: chat)")
+                          "~3x the level's mean request) or agentic (~67%%: think ~0.5x) "
+                          "(default: chat)")
     run.add_argument("--duty-cycle", type=_number, metavar="D",
                      help="mode users: the share of a user's time with a request running, in "
                           "(0, 1], instead of the profile's (default: none)")
     run.add_argument("--think-time", type=_number, metavar="S",
                      help="mode users: a fixed mean think time in seconds instead of a duty "
                           "cycle (default: none)")
+    run.add_argument("--think-dist", choices=THINK_DISTS,
+                     help="mode users: how each think is drawn around the level's mean: "
+                          "exponential, constant or lognormal (sigma 0.8) (default: exponential)")
     run.add_argument("--turns", type=int, default=1, metavar="N",
                      help="requests per conversation: each turn resends the conversation so far "
                           "plus a new --input-tokens message, so the context grows and a prefix "
@@ -449,7 +454,8 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         duration_s=args.duration, repeat=args.repeat, turns=args.turns,
         profile=args.profile or ("chat" if args.mode == "users" and args.duty_cycle is None
                                  and args.think_time is None else ""),
-        duty_cycle=args.duty_cycle, think_s=args.think_time, keep_going=args.keep_going,
+        duty_cycle=args.duty_cycle, think_s=args.think_time,
+        think_dist=args.think_dist or "exponential", keep_going=args.keep_going,
         token_times=args.token_times,
     )
     return config, None
@@ -591,7 +597,7 @@ def _show(store: Store, run_id: str, targets: Targets, as_json: bool, console: C
     summary = summarise(run, stats_by_level(records, run["output_tokens"], targets.slo),
                         records, targets, found, _paired_max_c(store, run, targets),
                         report.server_levels(store.server_metrics(run["run_id"])),
-                        store.client_checks(run["run_id"]))
+                        store.client_checks(run["run_id"]), store.user_levels(run["run_id"]))
     if as_json:
         print(json.dumps(summary, default=str))
     else:

@@ -23,6 +23,7 @@ from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.goodput import Slo
 from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
+from harness.results.report import level_intervals
 from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.results.store import DEFAULT_DB, Store, StoreError
 from harness.results.users import paired_closed_run
@@ -455,7 +456,7 @@ def capacity_table(levels_frame: pd.DataFrame, targets: Targets) -> pd.DataFrame
 
 USERS_COLUMNS = ["run_id", "max_users", "duty_cycle", "estimated_users", "estimate", "factor",
                  "paired_run", "paired_max_c", "measured_factor", "verdict", "passing",
-                 "warnings"]
+                 "uncertain", "unsteady", "warnings"]
 NO_PAIRED_RUN = "no closed run of the same setup to estimate from"
 GET_PAIRED_RUN = ("Run a closed `make bench` (--mode closed) with the same device, engine, model, "
                   "table placement and prompt and output tokens: its Max C times the profile's "
@@ -469,6 +470,42 @@ def _duty_at(levels_frame: pd.DataFrame, run_id: str, users: int) -> float | Non
     rows = levels_frame[(levels_frame["run_id"] == run_id)
                         & (levels_frame["concurrency"] == users)]["duty_cycle"].dropna()
     return float(rows.iloc[0]) if len(rows) else None
+
+
+USERS_CHECK_COLUMNS = ["run_id", "concurrency", "think_mean_ms", "response_time_law_error_pct",
+                       "steady_state", "steady_state_note", "within_noise", "in_flight_mean",
+                       "in_flight_sd"]
+
+
+def users_checks(path: Path, run_id: str, targets: Targets) -> pd.DataFrame:
+    """Per level of a users run, the summary's own checks (harness.results.users.level_checks):
+    the mean think Z, the response-time law's error, steady state (and why not), whether the
+    level's interval holds a target, and the requests in flight (mean and spread over time)."""
+    store = Store(path, lock_timeout_s=10)
+    records = store.requests(run_id)
+    config = StoredRun.from_json(store.run(run_id)["config"]).config
+    if config is None or not records:
+        return pd.DataFrame(columns=USERS_CHECK_COLUMNS)
+    ttft, tps = level_intervals(records)
+    checks = users.level_checks(records, users.target_duty(config.profile, config.duty_cycle,
+                                                           config.think_s), targets, tps, ttft)
+    zs = store.user_levels(run_id)
+    return pd.DataFrame([{"run_id": run_id, "concurrency": c,
+                          "think_mean_ms": zs.get(c, check.steady.think_mean_ms),
+                          "response_time_law_error_pct": check.steady.law_error_pct,
+                          "steady_state": check.steady.flag is None,
+                          "steady_state_note": check.steady.flag,
+                          "within_noise": check.within_noise,
+                          "in_flight_mean": check.steady.in_flight_mean,
+                          "in_flight_sd": check.steady.in_flight_sd}
+                         for c, check in checks.items()], columns=USERS_CHECK_COLUMNS)
+
+
+def steady_levels(levels_frame: pd.DataFrame) -> pd.DataFrame:
+    """The levels Max users is judged on: all but users levels not in steady state."""
+    if "steady_state" not in levels_frame:
+        return levels_frame
+    return levels_frame[levels_frame["steady_state"].ne(False)]
 
 
 def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, str | None]:
@@ -491,7 +528,7 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
     with U as the concurrency, the Max C targets), the duty cycle measured there, and the
     estimate from the paired run's Max C by `harness.results.users.estimate`, with the
     measured users per Max C. The frame must hold the paired runs' levels too."""
-    pts = points(levels_frame, targets.statistic)
+    pts = points(steady_levels(levels_frame), targets.statistic)
     settings = runs_frame.set_index("run_id")
     rows = []
     for run_id, paired in pairs.items():
@@ -506,6 +543,13 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
                              None if pd.isna(target) else target, targets)
         estimated, factor, how = est.estimated_users, est.factor, est.how
         line = users_verdict(cap, duty)
+        mine = levels_frame[levels_frame["run_id"] == run_id]
+        uncertain = _levels_where(mine, "within_noise", True)
+        unsteady = _levels_where(mine, "steady_state", False)
+        if uncertain:
+            line += f"; levels within noise of the targets: {uncertain}"
+        if unsteady:
+            line += f"; not in steady state, left out: {unsteady}"
         estimate = None
         if max_c is None:
             line += f"; {NO_PAIRED_RUN}"
@@ -519,8 +563,16 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
                      "factor": how, "paired_max_c": max_c,
                      "measured_factor": est.measured_factor, "verdict": line,
                      "passing": ",".join(str(v.concurrency) for v in cap.levels if v.passes),
+                     "uncertain": uncertain, "unsteady": unsteady,
                      "warnings": "; ".join(cap.warnings)})
     return pd.DataFrame(rows, columns=USERS_COLUMNS)
+
+
+def _levels_where(frame: pd.DataFrame, column: str, value: bool) -> str:
+    """'8, 16': the levels whose `column` is `value` ('' when none or not checked)."""
+    if column not in frame:
+        return ""
+    return ", ".join(str(int(c)) for c in frame[frame[column].eq(value)]["concurrency"])
 
 
 def with_rows(caps: pd.DataFrame, others: pd.DataFrame) -> pd.DataFrame:

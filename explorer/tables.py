@@ -65,6 +65,15 @@ COLUMNS: dict[str, Column] = {
     "measured_factor": Column("users per Max C (measured)", "number", "%.2f"),
     "users": Column("users", "number", COUNT),
     "duty_cycle": Column("duty cycle (measured)", "number", "%.2f"),
+    "think_mean_ms": Column("think Z (ms)", "number", "%.0f"),
+    "response_time_law_error_pct": Column("response-time law error (%)", "number", "%+.1f"),
+    "steady_state": Column("steady state", "check", None),
+    "steady_state_note": Column("why not steady", "text", None, "large"),
+    "within_noise": Column("within noise of the targets", "check", None),
+    "in_flight_mean": Column("in flight (mean)", "number", "%.1f"),
+    "in_flight_sd": Column("in flight (sd)", "number", "%.1f"),
+    "uncertain": Column("levels within noise", "text", None),
+    "unsteady": Column("not in steady state", "text", None),
     "mean_cached_tokens": Column("cached tokens", "number", MEAN_COUNT),
     # levels
     "concurrency": Column("C", "number", COUNT),
@@ -144,7 +153,9 @@ RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps
                       "mean_prompt_tokens")
 
 # a users run's levels (`run --mode users`): keyed by the user count, duty cycle up front
-USERS_LEVEL_COLUMNS = ("users", "passes", "duty_cycle", *(
+USERS_LEVEL_COLUMNS = ("users", "passes", "within_noise", "steady_state", "duty_cycle",
+                       "think_mean_ms", "response_time_law_error_pct", "in_flight_mean",
+                       "in_flight_sd", "steady_state_note", *(
     c for c in LEVEL_COLUMNS if c not in ("concurrency", "rate", "passes", "probe",
                                           "p50_send_lag_ms", "p99_send_lag_ms")))
 

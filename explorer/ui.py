@@ -47,6 +47,12 @@ def _turns(path: str, version: tuple | None, run_id: str) -> pd.DataFrame:
     return data.turns(Path(path), run_id)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _users_checks(path: str, version: tuple | None, run_id: str,
+                  targets: Targets) -> pd.DataFrame:
+    return data.users_checks(Path(path), run_id, targets)
+
+
 @st.cache_data(show_spinner=False)
 def _published() -> tuple[pd.DataFrame, pd.DataFrame]:
     return data.published_runs(), data.published_levels()
@@ -80,6 +86,13 @@ def levels_for(run_ids: list[str]) -> pd.DataFrame:
         return pd.DataFrame()
     order = {r: i for i, r in enumerate(run_ids)}
     out = pd.concat(frames, ignore_index=True)
+    runs = measured_runs()
+    users_ids = set(runs[runs["mode"] == "users"]["run_id"]) & set(measured) if "mode" in runs \
+        else set()
+    if users_ids:  # the steady-state and noise checks of each users level, as the summary's
+        checks = pd.concat([_users_checks(str(path), version, r, targets())
+                            for r in sorted(users_ids)], ignore_index=True)
+        out = out.merge(checks, on=["run_id", "concurrency"], how="left")
     return out.sort_values(["run_id", "concurrency"], key=lambda s: s.map(order)
                            if s.name == "run_id" else s).reset_index(drop=True)
 

@@ -63,12 +63,19 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return _distinct_sorted(rates, "--rates", "a rate")
 
 
+THINK_DISTS = ("exponential", "constant", "lognormal")
+LOGNORMAL_SIGMA = 0.8  # spread of log-normal thinks: a coefficient of variation of ~0.95
+
+
 @dataclass(slots=True, frozen=True)
 class ThinkModel:
-    """Mean think time after a request: from a duty cycle, or a fixed number of seconds."""
+    """How a users level thinks: its mean think Z from a duty cycle (Z = (1 - d) / d times the
+    level's mean request, steered by harness.run.think) or a fixed number of seconds, and the
+    distribution each think is drawn from around Z."""
 
     duty_cycle: float | None = None
     fixed_s: float | None = None
+    dist: str = "exponential"
 
     def __post_init__(self) -> None:
         if (self.duty_cycle is None) == (self.fixed_s is None):
@@ -77,23 +84,34 @@ class ThinkModel:
             raise ValueError(f"a duty cycle must be in (0, 1], not {self.duty_cycle}")
         if self.fixed_s is not None and not 0 <= self.fixed_s < math.inf:
             raise ValueError(f"a think time must be 0 or more seconds, not {self.fixed_s}")
+        if self.dist not in THINK_DISTS:
+            raise ValueError(f"a think distribution is one of {', '.join(THINK_DISTS)}, "
+                             f"not {self.dist!r}")
 
-    def mean_s(self, last_latency_s: float) -> float:
+    def mean_for(self, mean_latency_s: float) -> float:
+        """The mean think that gives the duty cycle over requests of this mean length."""
         if self.fixed_s is not None:
             return self.fixed_s
         assert self.duty_cycle is not None
-        return last_latency_s * (1 - self.duty_cycle) / self.duty_cycle
+        return mean_latency_s * (1 - self.duty_cycle) / self.duty_cycle
 
-    def draw(self, rng: random.Random, last_latency_s: float) -> float:
-        """One think time in seconds: exponential around the mean (0 when the mean is 0)."""
-        mean = self.mean_s(last_latency_s)
-        return rng.expovariate(1 / mean) if mean > 0 else 0.0
+    def draw(self, rng: random.Random, mean_s: float) -> float:
+        """One think time in seconds around `mean_s` (0 when the mean is 0)."""
+        if mean_s <= 0:
+            return 0.0
+        if self.dist == "constant":
+            return mean_s
+        if self.dist == "lognormal":
+            return rng.lognormvariate(math.log(mean_s) - LOGNORMAL_SIGMA ** 2 / 2,
+                                      LOGNORMAL_SIGMA)
+        return rng.expovariate(1 / mean_s)
 
     def describe(self) -> str:
         if self.fixed_s is not None:
-            return f"think {self.fixed_s:g} s on average"
+            return f"{self.dist} thinks of {self.fixed_s:g} s on average"
         ratio = (1 - self.duty_cycle) / self.duty_cycle  # type: ignore[operator]
-        return f"duty cycle {self.duty_cycle:.2f} (think ~{ratio:.2g}x the last request)"
+        return (f"duty cycle {self.duty_cycle:.2f} ({self.dist} thinks around one mean per "
+                f"level, ~{ratio:.2g}x the level's mean request)")
 
 
 @dataclass(slots=True, frozen=True)
@@ -130,6 +148,7 @@ class RunConfig:
     profile: str = ""  # mode users: chat or agentic (harness.config.PROFILES); "" with a duty
     duty_cycle: float | None = None  # mode users: share of a user's time with a request running
     think_s: float | None = None  # mode users: a fixed mean think time instead of a duty cycle
+    think_dist: str = "exponential"  # mode users: how thinks spread around their mean
     turns: int = 1  # requests per conversation: each turn resends the conversation so far
     keep_going: bool = False  # go on when a whole round cannot connect (else the run fails)
     token_times: bool = False  # store every chunk's arrival and tokens (chunk_times table)
@@ -211,9 +230,12 @@ class RunConfig:
         chosen = [flag for flag, given in (("--profile", bool(self.profile)),
                                            ("--duty-cycle", self.duty_cycle is not None),
                                            ("--think-time", self.think_s is not None)) if given]
+        if self.think_dist not in THINK_DISTS:
+            raise ConfigError(f"--think-dist must be one of {', '.join(THINK_DISTS)}, "
+                              f"not {self.think_dist!r}")
         if self.mode != "users":
-            if chosen:
-                raise ConfigError(f"{chosen[0]} needs --mode users")
+            if chosen or self.think_dist != "exponential":
+                raise ConfigError(f"{chosen[0] if chosen else '--think-dist'} needs --mode users")
             return
         if self.profile and self.profile not in PROFILES:
             raise ConfigError(f"--profile must be one of {', '.join(PROFILES)}, "
@@ -227,8 +249,9 @@ class RunConfig:
         if self.mode != "users":
             return None
         if self.think_s is not None:
-            return ThinkModel(fixed_s=self.think_s)
-        return ThinkModel(duty_cycle=self.duty_cycle or PROFILE_DUTY[self.profile or "chat"])
+            return ThinkModel(fixed_s=self.think_s, dist=self.think_dist)
+        return ThinkModel(duty_cycle=self.duty_cycle or PROFILE_DUTY[self.profile or "chat"],
+                          dist=self.think_dist)
 
     @property
     def turns_reached(self) -> int:

@@ -232,7 +232,8 @@ else:
         run = ui.run_row(run_id)
         users = run.get("mode") == "users"  # run --mode users: a level is a user count U
         user_runs = {run_id} if users else set()
-        points = data.points(levels, targets.statistic).get(run_id, [])
+        judged = data.steady_levels(levels) if users else levels  # users: steady levels only
+        points = data.points(judged, targets.statistic).get(run_id, [])
         cap = capacity(points, targets, users_levels=users)
         passing = {(run_id, v.concurrency) for v in cap.levels if v.passes}
         if users:
@@ -264,14 +265,19 @@ else:
                        "which).")
         by_level = {v.concurrency: v for v in cap.levels}
         table = levels.drop(columns=["source"], errors="ignore").copy()
-        table["passes"] = [by_level[int(c)].passes for c in table["concurrency"]]
-        table["fails_because"] = [by_level[int(c)].reason for c in table["concurrency"]]
+        table["passes"] = [by_level[int(c)].passes if int(c) in by_level else None
+                           for c in table["concurrency"]]
+        table["fails_because"] = [by_level[int(c)].reason if int(c) in by_level
+                                  else "not in steady state" for c in table["concurrency"]]
         st.subheader("Per level")
         if users:
             table = table.rename(columns={"concurrency": "users"})
-            st.caption("A level is U simulated users, each sending a request, thinking, then "
-                       "sending the next. Duty cycle: the share of their time with a request "
-                       "running, measured over the requests a think followed.")
+            st.caption("A level is U simulated users, each sending a request, thinking around "
+                       "the level's one mean think Z, then sending the next. Duty cycle: the "
+                       "share of their time with a request running. Steady state: the duty "
+                       "cycle and the response-time law U = X (R + Z) within their own noise; "
+                       "a level that is not is left out of Max users (raise --rounds). Within "
+                       "noise: the level's interval holds a target, so its verdict could turn.")
             tables.show(table, tables.USERS_LEVEL_COLUMNS, pinned=("users",))
         else:
             tables.show(table, tables.LEVEL_COLUMNS, pinned=("concurrency",))

@@ -43,7 +43,6 @@ from harness.results.summary import (
     TargetsDict,
     TurnRow,
 )
-from harness.results.users import duty_cycle
 from harness.results.verdicts import USERS_NEED_C
 
 _T = TypeVar("_T")
@@ -90,13 +89,15 @@ def summarise(
     search: SearchPlan | None = None, paired: tuple[str, int] | None = None,
     server: ServerFigures | None = None,
     client: Mapping[tuple[int, float | None], ClientCheck] | None = None,
+    think_means: Mapping[int, float] | None = None,
 ) -> Summary:
     """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
     A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency.
     A users run has `users`: its measured max users beside the factor estimate from the Max C
     of `paired` (run id, Max C), the newest closed run of the same setup. `server`: per level,
     the target's own figures (server_levels), of which speculative decoding is shown; `client`:
-    per level, the harness's self-check (a client-bound level is named in the warnings)."""
+    per level, the harness's self-check (a client-bound level is named in the warnings);
+    `think_means`: a users run's mean think Z per level, as its sweep stored it."""
     levels: list[LevelRow]
     found: Summary
     if run["mode"] == "rate":
@@ -118,7 +119,9 @@ def summarise(
         if checked and checked.client_bound:
             warnings.append(describe_client(_row_name(row), checked))
     if run["mode"] == "users":
-        found.update(_users(run, levels, records, targets, paired))
+        found.update(_users(run, levels, records, targets, paired, think_means))
+        warnings += [f"U={row['concurrency']} is not in steady state, left out of Max users: "
+                     f"{row['steady_state_note']}" for row in levels if not row["steady_state"]]
     turns = turn_rows(records)
     if StoredRun.from_json(run.get("config")).calibrated:
         sized = stats_by_level(first_turns(records), run["output_tokens"])  # new messages
@@ -149,27 +152,48 @@ def summarise(
 
 
 def _users(run: dict, levels: list[LevelRow], records: Sequence[RequestRecord],
-           targets: Targets, paired: tuple[str, int] | None) -> Summary:
-    """Max users (the highest passing user count) and the measured duty cycle per level,
-    beside the published factor estimate; Max C and its users do not apply to a users run."""
+           targets: Targets, paired: tuple[str, int] | None,
+           think_means: Mapping[int, float] | None) -> Summary:
+    """Max users (the highest passing user count among the levels in steady state), each
+    level's duty cycle, mean think, response-time law and steady-state check, the levels
+    whose verdict lies within their noise, beside the published factor estimate; Max C and its
+    users do not apply to a users run."""
     config = StoredRun.from_json(run.get("config")).config
     profile = config.profile if config else ""
     duty_target = config.duty_cycle if config else None
-    by_level: dict[int, list[RequestRecord]] = {}
-    for r in records:
-        by_level.setdefault(r.concurrency, []).append(r)
+    target = (users.target_duty(profile, duty_target, config.think_s) if config
+              else PROFILE_DUTY.get(profile))
+    ttft, tps = level_intervals(records)
+    checks = users.level_checks(records, target, targets, tps, ttft)
     for row in levels:
-        row["duty_cycle"] = _round(duty_cycle(by_level.get(row["concurrency"], [])))
-    max_users = max((row["concurrency"] for row in levels if row["passes"]), default=0)
+        c = row["concurrency"]
+        check = checks.get(c)
+        steady = check.steady if check else None
+        row["duty_cycle"] = _round(steady.duty_cycle) if steady else None
+        row["think_mean_ms"] = _round((think_means or {}).get(
+            c, steady.think_mean_ms if steady else None))
+        row["response_time_law_error_pct"] = _round(steady.law_error_pct) if steady else None
+        row["steady_state"] = bool(steady and steady.flag is None)
+        row["steady_state_note"] = steady.flag if steady else "no request was stored"
+        row["within_noise"] = bool(check and check.within_noise)
+        row["in_flight_mean"] = _round(steady.in_flight_mean) if steady else None
+        row["in_flight_sd"] = _round(steady.in_flight_sd) if steady else None
+    max_users = max((row["concurrency"] for row in levels
+                     if row["steady_state"] and row["passes"]), default=0)
     duty = next((row["duty_cycle"] for row in levels if row["concurrency"] == max_users), None)
     estimate = users.estimate(max_users, duty, paired[1] if paired else None, profile,
                               duty_target, targets)
     return {
         "max_c": None, "chat_users": None, "agentic_users": None, "max_users": max_users,
         "users": {
-            "profile": profile or None, "duty_cycle_target": duty_target
-            or PROFILE_DUTY.get(profile), "think_s": config.think_s if config else None,
-            "max_users": max_users, "duty_cycle": duty, "factor": estimate.factor,
+            "profile": profile or None, "duty_cycle_target": target,
+            "think_s": config.think_s if config else None,
+            "think_dist": config.think_dist if config else "exponential",
+            "max_users": max_users,
+            "uncertain_levels": [row["concurrency"] for row in levels if row["within_noise"]],
+            "unsteady_levels": [row["concurrency"] for row in levels
+                                if not row["steady_state"]],
+            "duty_cycle": duty, "factor": estimate.factor,
             "closed_run": paired[0] if paired else None, "max_c": estimate.max_c,
             "estimated_users": estimate.estimated_users,
             "predicted_users": _round(estimate.predicted_users),
@@ -401,12 +425,13 @@ def _print_token_timing(summary: Summary, console: Console) -> None:
 
 def _print_users(summary: Summary, console: Console) -> None:
     t, u = summary["targets"], summary["users"]
+    _print_steady_state(summary, console)
     who = f"{u['profile']} users" if u["profile"] else "users"
     duty = f", measured duty cycle {u['duty_cycle']:.2f}" if u["duty_cycle"] is not None else ""
     console.print(
         f"Max users = [bold]{u['max_users']}[/] {who} ({t['statistic']} TPS >= "
         f"{t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors{_goodput_rule(t)}"
-        f"{duty})",
+        f"{duty}; {_noise_note(summary)})",
         highlight=False)
     if u["max_c"] is None:
         console.print("estimate: no closed run of the same setup (device, engine, model, "
@@ -423,6 +448,41 @@ def _print_users(summary: Summary, console: Console) -> None:
                       highlight=False)
     if search := summary.get("max_c_search"):
         console.print(f"Max users found by --search: {search['how']}", highlight=False)
+
+
+def _noise_note(summary: Summary) -> str:
+    """Which levels' verdicts their own noise could turn, or why no interval says so."""
+    uncertain = summary["users"]["uncertain_levels"]
+    if uncertain:
+        return f"levels within noise of the targets: {', '.join(map(str, uncertain))}"
+    if any((ci := lv.get("tps_ci")) and (ci["method"] == "bootstrap" or ci["repeats"] > 1)
+           for lv in summary["levels"]):
+        return "no level within noise of the targets"
+    return "no interval: one pass with too few rounds, --repeat 3 gives one"
+
+
+def _print_steady_state(summary: Summary, console: Console) -> None:
+    """Per users level: duty cycle, mean think Z, the response-time law's error, the check,
+    the requests in flight at the server (mean +- sd over time: how bursty the users were),
+    and mean TPS with its interval (or range over repeats)."""
+    table = Table(title="users levels: steady state and noise", title_justify="left")
+    for name in ("users", "duty", "think Z ms", "law err %", "steady", "in flight",
+                 "TPS mean", "TPS interval", "pass"):
+        table.add_column(name, justify="right")
+    for lv in summary["levels"]:
+        ci = lv.get("tps_ci")
+        spread = (f"{_fmt(ci['low'])}-{_fmt(ci['high'])}"
+                  f"{'' if ci['method'] == 'bootstrap' else ' (range)'}"
+                  if ci and (ci["method"] == "bootstrap" or ci["repeats"] > 1) else "-")
+        table.add_row(str(lv["concurrency"]), _fmt(lv["duty_cycle"], 2),
+                      _fmt(lv["think_mean_ms"]), _fmt(lv["response_time_law_error_pct"]),
+                      "yes" if lv["steady_state"] else "[red]no[/]",
+                      "-" if lv["in_flight_mean"] is None
+                      else f"{lv['in_flight_mean']:.1f} +- {lv['in_flight_sd']:.1f}",
+                      _fmt(lv["mean_tps"]),
+                      spread, ("[yellow]?[/] " if lv["within_noise"] else "")
+                      + ("[green]yes[/]" if lv["passes"] else "[red]no[/]"))
+    console.print(table, width=max(console.width, 100))
 
 
 def _print_turns(turns: list[TurnRow], console: Console) -> None:

@@ -144,6 +144,16 @@ CREATE TABLE IF NOT EXISTS client_checks (
     client_bound BOOLEAN,
     cpu_wait_share DOUBLE  -- the loop's thread runnable without a CPU, per wall second
 );
+-- users mode, per pass of a level: the mean think Z its stored thinks were drawn around
+-- (harness.run.think), how thinks spread around it, and the unstored requests before them
+CREATE TABLE IF NOT EXISTS user_levels (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    repeat INTEGER,
+    think_mean_ms DOUBLE,
+    think_dist VARCHAR,
+    lead_in_requests INTEGER
+);
 -- levels that `run --search` added after the sweep, in the order they were probed
 CREATE TABLE IF NOT EXISTS probes (
     run_id VARCHAR,
@@ -296,7 +306,8 @@ _CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried",
             ("request_figures", "tpot_ms", "DOUBLE"), ("levels", "p99_e2e_ms", "DOUBLE"),
             ("requests", "itl_counts", "INTEGER[]"), ("levels", "p99_itl_ms", "DOUBLE"),
             ("chunk_times", "tokens", "INTEGER"), ("client_checks", "client_bound", "BOOLEAN"),
-            ("levels", "client_bound", "BOOLEAN"), ("client_checks", "cpu_wait_share", "DOUBLE")}
+            ("levels", "client_bound", "BOOLEAN"), ("client_checks", "cpu_wait_share", "DOUBLE"),
+            ("user_levels", "lead_in_requests", "INTEGER")}
 _MIGRATIONS = """
 ALTER TABLE runs ALTER COLUMN measured_input_tokens SET DATA TYPE DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retried VARCHAR;
@@ -608,6 +619,19 @@ class Store:
                          c.cpu_wait_share])
             con.execute("COMMIT")
 
+    def write_user_level(self, run_id: str, concurrency: int, repeat: int,
+                         think_mean_s: float | None, think_dist: str, lead_in: int) -> None:
+        """A users pass's mean think Z (a resumed pass's replaces the earlier try's)."""
+        with self._connect() as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM user_levels WHERE run_id = ? AND concurrency = ? "
+                        "AND repeat = ?", [run_id, concurrency, repeat])
+            con.execute("INSERT INTO user_levels VALUES (?, ?, ?, ?, ?, ?)",
+                        [run_id, concurrency, repeat,
+                         None if think_mean_s is None else think_mean_s * 1000, think_dist,
+                         lead_in])
+            con.execute("COMMIT")
+
     # -- reads -------------------------------------------------------------------------------
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict]:
@@ -668,6 +692,19 @@ class Store:
         rows = self._query("SELECT * EXCLUDE (run_id, repeat, client_bound) FROM client_checks "
                            "WHERE run_id = ? ORDER BY loop_lag_p99_ms NULLS FIRST", [run_id])
         return {(r.pop("concurrency"), r.pop("rate")): ClientCheck(**r) for r in rows}
+
+    def user_levels(self, run_id: str) -> dict[int, float]:
+        """Users mode: per level, the mean think Z in ms (over its passes)."""
+        rows = self._query("SELECT concurrency, avg(think_mean_ms) AS z FROM user_levels "
+                           "WHERE run_id = ? GROUP BY concurrency", [run_id])
+        return {r["concurrency"]: r["z"] for r in rows if r["z"] is not None}
+
+    def stored_count(self, run_id: str, concurrency: int, repeat: int) -> tuple[int, int | None]:
+        """Requests stored for one pass of a level, and its highest round (None: none)."""
+        rows = self._query("SELECT count(*) AS n, max(round) AS last FROM requests WHERE "
+                           "run_id = ? AND concurrency = ? AND rate IS NULL AND "
+                           "coalesce(repeat, 0) = ?", [run_id, concurrency, repeat])
+        return (rows[0]["n"], rows[0]["last"]) if rows else (0, None)
 
     def done_rounds(self, run_id: str) -> set[tuple[int, int]]:
         """(concurrency, round) pairs already stored: a resume runs only the others."""

@@ -77,7 +77,14 @@ class LevelRow(TypedDict, total=False):
     rate: float | None
     p50_send_lag_ms: float | None
     p99_send_lag_ms: float | None
-    duty_cycle: float | None
+    duty_cycle: float | None  # users levels: measured share of the users' time with a request
+    think_mean_ms: float | None  # users levels: the mean think Z (harness.run.think)
+    response_time_law_error_pct: float | None  # U / (X (R + Z)) - 1 over the stored window
+    steady_state: bool | None  # users levels: duty and the law within their noise
+    steady_state_note: str | None  # why not
+    within_noise: bool | None  # users levels: the interval holds a target
+    in_flight_mean: float | None  # users levels: requests in flight at the server, over time
+    in_flight_sd: float | None  # ... and their spread (a closed level's is ~0)
     ttft_ci: IntervalDict | None
     tps_ci: IntervalDict | None
 
@@ -105,7 +112,10 @@ class UsersDict(TypedDict):
     profile: str | None
     duty_cycle_target: float | None
     think_s: float | None
+    think_dist: str
     max_users: int
+    uncertain_levels: list[int]  # levels whose verdict lies within their noise
+    unsteady_levels: list[int]  # levels not in steady state: left out of max_users
     duty_cycle: float | None
     factor: float | None
     closed_run: str | None

@@ -1,11 +1,15 @@
-"""Simulated users (`--mode users`): the think times that give a profile its duty cycle, and
-measured users set beside the published factor estimates. Pure: no I/O.
+"""Simulated users (`--mode users`): the duty cycle they ran at, whether a level reached
+steady state, and measured users set beside the published factor estimates. Pure: no I/O.
 
 A user loops: send a request, wait for it to end, think, send the next. Its duty cycle is the
-share of its time with a request running, so a think time of (1 - d) / d times the user's own
-last request gives duty cycle d whatever the server's speed: chat (d = 0.25) thinks ~3x its
-last request, agentic (d ~ 0.67) ~0.5x. Think times are exponential around that mean, drawn
-from a generator seeded by (seed, level, user, repeat), so a rerun draws the same factors.
+share of its time with a request running; every user of a level thinks around one mean Z,
+(1 - d) / d times the level's mean request (harness.run.think), so chat (d = 0.25) thinks ~3x
+the mean request and agentic (d ~ 0.67) ~0.5x, whatever each user's own last request took.
+Thinks are drawn from a generator seeded by (seed, level, user, repeat).
+
+`steady_state` checks a level against its own sampling noise: the measured duty cycle against
+the target, and the response-time law U = X (R + Z) over the window in which every user was
+storing. A level off by more than `NOISE_Z` standard errors is flagged.
 
 The published explorer estimates users as Max C x 4 (chat) and x 1.5 (agentic), i.e. Max C
 divided by the duty cycle; the summary sets the measured highest passing user count beside it.
@@ -14,11 +18,12 @@ divided by the duty cycle; the summary sets the measured highest passing user co
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.config import PROFILE_DUTY
 from harness.records import RequestRecord
+from harness.results.confidence import Interval
 from harness.results.metrics import Targets, users
 
 
@@ -31,6 +36,168 @@ def duty_cycle(records: Iterable[RequestRecord]) -> float | None:
             busy += r.latency_ms
             think += r.think_ms
     return busy / (busy + think) if busy + think > 0 else None
+
+
+NOISE_Z = 3.0  # a level is flagged past this many of its own standard errors
+DUTY_SLACK = 0.005  # ... and a duty cycle only when it is off by more than half a point
+
+
+@dataclass(slots=True, frozen=True)
+class SteadyState:
+    """What says a users level ran in steady state; `flag` names why not (None: it did)."""
+
+    duty_cycle: float | None
+    duty_se: float | None  # the duty cycle's standard error over the level's requests
+    think_mean_ms: float | None  # the thinks its users drew (their mean)
+    law_error_pct: float | None  # U / (X (R + Z)) - 1, in %
+    law_se_pct: float | None
+    flag: str | None
+    in_flight_mean: float | None = None  # requests in flight over the window, time-weighted
+    in_flight_sd: float | None = None  # ... and their spread: how bursty the users were
+
+
+BLOCKS = 8  # the stored window is cut into this many time blocks for the batch-means noise
+
+
+def steady_state(records: Sequence[RequestRecord], users: int,
+                 target_duty: float | None) -> SteadyState:
+    """Per pass (repeat) of a users level, the worst kept: `_steady_pass`."""
+    by_repeat: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        by_repeat.setdefault(r.repeat, []).append(r)
+    checks = [_steady_pass(rs, users, target_duty) for _, rs in sorted(by_repeat.items())]
+    if not checks:
+        return SteadyState(None, None, None, None, None, "no request was stored")
+    think = [r.think_ms for r in records if r.think_ms is not None]
+    laws = [c for c in checks if c.law_error_pct is not None]
+    worst = max(laws, key=lambda c: abs(c.law_error_pct or 0.0), default=None)
+    spread = [(c.in_flight_mean, c.in_flight_sd) for c in checks
+              if c.in_flight_mean is not None and c.in_flight_sd is not None]
+    ses = [c.duty_se for c in checks if c.duty_se is not None]
+    return SteadyState(
+        duty_cycle(records),
+        math.sqrt(sum(se ** 2 for se in ses)) / len(ses) if ses else None,
+        sum(think) / len(think) if think else None,
+        worst.law_error_pct if worst else None, worst.law_se_pct if worst else None,
+        next((c.flag for c in checks if c.flag), None),
+        sum(m for m, _ in spread) / len(spread) if spread else None,
+        math.sqrt(sum(sd ** 2 for _, sd in spread) / len(spread)) if spread else None)
+
+
+def _steady_pass(records: Sequence[RequestRecord], users: int,
+                 target_duty: float | None) -> SteadyState:
+    """One pass. Its stored window runs from the first stored send to the last, and every
+    request sent in it is stored (lead-ins stop before it, load-keeping starts after it). Over
+    it: the duty cycle busy / (busy + think); the response-time law's error U / (X (R + Z)) - 1
+    with X the requests sent per second, R and Z their means; the requests in flight. Their
+    noise is by batch means: the window is cut into BLOCKS equal times, and the standard error
+    is that of the blocks' ratio estimates (sqrt(sum (a_b - q t_b)^2 / (B (B - 1))) / mean t_b
+    for a ratio q = sum a / sum t), so load that swings over a few cycles widens it as it
+    should. Flagged: a window of fewer than 2 x U requests (too few rounds to check), a law
+    error more than NOISE_Z standard errors from 0, or a duty more than NOISE_Z standard errors
+    (and DUTY_SLACK) from the target."""
+    done = sorted((r.sent_at, r.latency_ms / 1000, r.think_ms / 1000) for r in records
+                  if r.latency_ms is not None and r.think_ms is not None)
+    duty = duty_cycle(records)
+    if len(done) < 2 * max(users, 1) or done[-1][0] <= done[0][0]:
+        return SteadyState(duty, None, None, None, None,
+                           "too short to check: fewer than two requests per user stored "
+                           "(raise --rounds)")
+    start, end = done[0][0], done[-1][0]
+    window = [d for d in done if d[0] < end]  # sends in [start, end): X counts them
+    length = (end - start) / BLOCKS
+    blocks: list[list[tuple[float, float, float]]] = [[] for _ in range(BLOCKS)]
+    for d in window:
+        blocks[min(int((d[0] - start) / length), BLOCKS - 1)].append(d)
+    busy = [sum(rs for _, rs, _ in b) for b in blocks]
+    cycle = [sum(rs + zs for _, rs, zs in b) for b in blocks]
+    duty_w = sum(busy) / sum(cycle)
+    duty_se = _ratio_se(busy, cycle)
+    # U / (X m) = U * length / sum(cycles) per block: users' time over the time they used
+    law = (users * (end - start) / sum(cycle) - 1) * 100
+    law_se = _ratio_se([users * length] * BLOCKS, cycle, users * (end - start) / sum(cycle))
+    law_se = None if law_se is None else law_se * 100
+    busy_mean, busy_sd = in_flight([(sent, sent + rs) for sent, rs, _ in done], start, end)
+    flag = None
+    if law_se is not None and abs(law) > NOISE_Z * law_se:
+        flag = (f"the response-time law is {law:+.0f}% off, more than {NOISE_Z:g} x its "
+                f"noise ({law_se:.0f}%)")
+    elif target_duty is not None and duty_se is not None and (
+            abs(duty_w - target_duty) > NOISE_Z * duty_se + DUTY_SLACK):
+        flag = (f"duty cycle {duty_w:.2f} against {target_duty:.2f}, more than {NOISE_Z:g} x "
+                f"its noise ({duty_se:.3f})")
+    return SteadyState(duty, duty_se, None, law, law_se, flag, busy_mean, busy_sd)
+
+
+def _ratio_se(numerators: Sequence[float], denominators: Sequence[float],
+              ratio: float | None = None) -> float | None:
+    """The standard error of sum(a) / sum(t) from per-block sums (a ratio estimator's)."""
+    n = len(numerators)
+    total = sum(denominators)
+    if n < 2 or total <= 0:
+        return None
+    q = sum(numerators) / total if ratio is None else ratio
+    residual = sum((a - q * t) ** 2 for a, t in zip(numerators, denominators, strict=True))
+    return math.sqrt(residual / (n * (n - 1))) / (total / n)
+
+
+def in_flight(spans: Sequence[tuple[float, float]], start: float, end: float
+              ) -> tuple[float, float]:
+    """Time-weighted mean and standard deviation of how many (begin, end) spans are open
+    within [start, end): in a users level's window every request in flight is a stored one
+    (lead-ins end before their user's first stored send, load-keeping begins after the last),
+    so this is the load the server saw, exactly."""
+    events = sorted([(max(b, start), 1) for b, e in spans if e > start and b < end]
+                    + [(min(e, end), -1) for b, e in spans if e > start and b < end])
+    open_now, last, area, square = 0, start, 0.0, 0.0
+    for t, step in events:
+        area += open_now * (t - last)
+        square += open_now ** 2 * (t - last)
+        open_now, last = open_now + step, t
+    length = end - start
+    mean = area / length
+    return mean, math.sqrt(max(square / length - mean ** 2, 0.0))
+
+
+def within_noise(tps: Interval | None, ttft: Interval | None, targets: Targets) -> bool:
+    """A level whose verdict its own noise could turn: its mean TPS or mean TTFT interval (or
+    range over repeats) holds the target. A single pass with too few clusters has no interval
+    and is not called uncertain (nothing says it is)."""
+    def holds(iv: Interval | None, target: float) -> bool:
+        if iv is None or (iv.method == "range" and iv.repeats < 2):
+            return False
+        return iv.low <= target <= iv.high
+    return holds(tps, targets.tps_min) or holds(ttft, targets.ttft_max_ms)
+
+
+@dataclass(slots=True, frozen=True)
+class LevelCheck:
+    """One users level: its steady-state check and whether its verdict lies within noise."""
+
+    steady: SteadyState
+    within_noise: bool
+
+
+def level_checks(records: Sequence[RequestRecord], target_duty: float | None,
+                 targets: Targets, tps: Mapping[int, Interval], ttft: Mapping[int, Interval],
+                 ) -> dict[int, LevelCheck]:
+    """Per users level (U = concurrency): `steady_state` and `within_noise`, given the levels'
+    mean TPS and TTFT intervals (harness.results.report.level_intervals)."""
+    by_level: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.rate is None:
+            by_level.setdefault(r.concurrency, []).append(r)
+    return {c: LevelCheck(steady_state(rs, c, target_duty),
+                          within_noise(tps.get(c), ttft.get(c), targets))
+            for c, rs in sorted(by_level.items())}
+
+
+def target_duty(profile: str, duty_cycle: float | None, think_s: float | None) -> float | None:
+    """The duty cycle a users run aims at: its --duty-cycle, else its profile's (None with a
+    fixed --think-time, whose duty is whatever the server gives)."""
+    if think_s is not None:
+        return None
+    return duty_cycle or PROFILE_DUTY.get(profile or "chat")
 
 
 @dataclass(slots=True, frozen=True)

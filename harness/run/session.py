@@ -235,6 +235,9 @@ async def execute(
             if rows:
                 store.write_server_metrics(run_id, c, rows, rate, repeat)
             store.write_client_check(run_id, c, outcome.client, rate, repeat)
+            if config.think is not None:
+                store.write_user_level(run_id, c, repeat, outcome.think_mean_s,
+                                       config.think.dist, outcome.lead_in)
             if outcome.client.client_bound:
                 progress.message(f"warning: {describe_client(level_name(stats), outcome.client)}")
             # what the prompts sent so far measured, right even if the run is killed next
@@ -247,7 +250,23 @@ async def execute(
                         lambda: sweep.run_level(c, todo, commit, progress.advance,
                                                 repeat), repeat)
 
+        async def measure_users(c: int, repeat: int) -> None:
+            """A users pass stores U x rounds requests; a resumed one sends those it lacks,
+            with rounds numbered on from the last stored (a conversation from its start)."""
+            count, last_round = store.stored_count(run_id, c, repeat)
+            first = 0 if last_round is None else last_round + 1
+            first += -first % config.turns
+            if count < c * config.rounds:
+                await level(c, None, c * config.rounds - count,
+                            lambda: sweep.run_users(c, c * config.rounds - count, commit,
+                                                    progress.advance, repeat, first, count),
+                            repeat)
+
         async def measure_missing(c: int) -> None:
+            if config.mode == "users":
+                for repeat in range(config.repeat):
+                    await measure_users(c, repeat)
+                return
             for repeat in range(config.repeat):
                 todo = _todo(config, [r for r in range(config.rounds)
                                       if (c, repeat, r) not in done])

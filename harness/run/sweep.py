@@ -7,8 +7,13 @@ to `commit` as soon as its C records exist, so a killed process loses at most th
 `rate`: requests go out at the offsets of `harness.run.arrivals.schedule`, never waiting for
 earlier ones; the level (concurrency 0, round 0, worker = request index) is committed whole
 once its last request ends, so a resume runs a rate level again or not at all. `users`: U
-simulated users (the level), each like a closed worker that thinks between its requests
-(harness.config.ThinkModel); users arrive spread out, and their stored requests begin once all have.
+simulated users (the level), each sends a request, waits for it, thinks around the level's one
+mean think (harness.run.think), and sends again. Users arrive spread out and send unstored
+lead-in requests until all have arrived and SETTLING_CYCLES x U more have ended; from then
+every request sent is stored, up to a count (U x rounds), whichever users send them; the users
+then keep the load on with unstored requests until the last stored one has ended, so no level
+waits for its slowest user's rounds. A users request's round is its user's k-th stored one,
+and they are committed in batches of U.
 
 `--turns N` makes each worker (or user) a conversation of N turns: round r is turn r % N + 1,
 and each turn resends the conversation so far (its messages and the answers they got) with a
@@ -28,20 +33,22 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 
-from harness.config import RunConfig, ThinkModel
+from harness.config import RunConfig
 from harness.records import RequestRecord
 from harness.results.client_check import ClientCheck
 from harness.run.arrivals import schedule
 from harness.run.prompts import Prompts
+from harness.run.think import LevelThink
 from harness.run.workload import Turn, payload
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.wire.endpoint import Endpoint
 
 Commit = Callable[[list[RequestRecord]], None]
 FILLER_ORDINAL = -100_000  # users mode: unstored requests (lead-in, keeping the load on)
+SETTLING_CYCLES = 2  # users mode: lead-in cycles (U requests each) after all have arrived
 OnRecord = Callable[[RequestRecord], None]
 
 
@@ -60,6 +67,8 @@ class LevelOutcome:
     rate: float | None = None
     unstored_chunks: int = 0  # users mode: of the lead-in and load-keeping requests
     client: ClientCheck | None = None  # the timing loop's own lag and CPU over the level
+    think_mean_s: float | None = None  # users mode: the mean Z its stored thinks were drawn around
+    lead_in: int = 0  # users mode: unstored requests before the first stored one
 
     @property
     def chunks(self) -> int:
@@ -75,6 +84,17 @@ def calibration_ordinal(sample: int) -> int:
 def calibration_key(run_id: str, probe: int, sample: int) -> str:
     """Same shape as a sweep's keys, so a prompt that carries its key measures alike."""
     return f"{run_id}-c0-r{probe}-w{sample}"
+
+
+async def _all_or_none(jobs: list[Coroutine[object, object, None]]) -> None:
+    """Run a level's workers; a failed or cancelled level leaves none of them sending."""
+    tasks = [asyncio.create_task(job) for job in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _report(on_record: OnRecord, task: asyncio.Task[RequestRecord]) -> None:
@@ -111,6 +131,7 @@ class Sweep:
         self._extra_base = total + config.warmup  # levels the Max C search adds start here
         self._typical_latency_s = 0.0  # the last level's mean request: users' first think
         self._unstored_chunks = 0
+        self._lead_ins = 0
 
     def _request(self, c: int, rnd: int, worker: int, ordinal: int,
                  tag: str = "", repeat: int = 0,
@@ -208,19 +229,41 @@ class Sweep:
         self, c: int, rounds: Sequence[int], commit: Commit, on_record: OnRecord,
         repeat: int = 0,
     ) -> LevelOutcome:
-        """The rounds of one pass (`repeat`) over level C."""
+        """The rounds of one pass (`repeat`) over level C, closed or burst."""
         await self.pool.warm(c)  # connections open before the clock starts
-        self._unstored_chunks = 0
         cpu0 = time.process_time()
         if self.config.mode == "burst":
             records = await self._burst(c, rounds, commit, on_record, repeat)
         else:
             records = await self._closed(c, rounds, commit, on_record, repeat)
+        self._remember_latency(records)
+        return LevelOutcome(c, records, time.process_time() - cpu0)
+
+    async def run_users(self, c: int, count: int, commit: Commit, on_record: OnRecord,
+                        repeat: int = 0, first_round: int = 0, stored_before: int = 0,
+                        ) -> LevelOutcome:
+        """One pass of U = c users storing `count` requests (a resumed pass: the ones its
+        `stored_before` left; their rounds number on from `first_round`)."""
+        await self.pool.warm(c)
+        self._unstored_chunks = self._lead_ins = 0
+        cpu0 = time.process_time()
+        if not self._typical_latency_s:  # a run's first level: one request alone sizes it
+            alone = await self._lead_in(c, c, 0)  # worker c: no user's
+            self._typical_latency_s = (alone.latency_ms or 0.0) / 1000
+        assert self.config.think is not None
+        think = LevelThink(self.config.think, c, self._typical_latency_s)
+        records = await self._users(c, count, think, commit, on_record, repeat, first_round,
+                                    stored_before)
+        self._remember_latency(records)
+        return LevelOutcome(c, records, time.process_time() - cpu0,
+                            unstored_chunks=self._unstored_chunks,
+                            think_mean_s=think.mean_drawn_around_s, lead_in=self._lead_ins)
+
+    def _remember_latency(self, records: Sequence[RequestRecord]) -> None:
+        """The level's mean request: where the next users level starts its think."""
         latencies = [r.latency_ms for r in records if r.latency_ms]
         if latencies:
             self._typical_latency_s = sum(latencies) / len(latencies) / 1000
-        return LevelOutcome(c, records, time.process_time() - cpu0,
-                            unstored_chunks=self._unstored_chunks)
 
     async def _lead_in(self, c: int, w: int, k: int) -> RequestRecord:
         """An unstored request before a user's rounds (its k-th; w = c: the level's first,
@@ -228,88 +271,112 @@ class Sweep:
         ordinal = FILLER_ORDINAL + 1 + k * (c + 1) + w
         record = await self._one(c, k, w, ordinal=ordinal, tag="-lead")
         self._unstored_chunks += record.chunks
+        self._lead_ins += 1
         return record
 
     async def _closed(self, c: int, rounds: Sequence[int], commit: Commit,
                       on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
-        """Closed workers. In mode users each thinks after every request (stored with it).
-        Users start spread over one cycle of the last level's mean request (on a run's first
-        level, of one unstored request sent alone first) and send unstored requests, each
-        followed by its think, until every user has begun: so each stored request meets all
-        U users, and none a synchronised first burst. A user done with its rounds keeps
-        sending unstored requests until every user is done, so each stored request meets the
-        load of all U users, not a level emptying at its end."""
+        """Closed workers: each sends its rounds back to back."""
         pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
         done: list[RequestRecord] = []
-        think = self.config.think
-        started = finished = 0
-        all_started, all_done = asyncio.Event(), asyncio.Event()
-        if think is not None and not self._typical_latency_s:
-            alone = await self._lead_in(c, c, 0)  # worker c: no user's
-            self._typical_latency_s = (alone.latency_ms or 0.0) / 1000
 
         async def worker(w: int) -> None:
-            nonlocal started, finished
             history = self._conversation()
-            rng = think_rng(self.config.seed, c, w, repeat)
-            if think is not None:  # arrive spread out; unstored requests until all have come
-                cycle = self._typical_latency_s + think.mean_s(self._typical_latency_s)
-                await asyncio.sleep(rng.uniform(0, cycle))
-                started += 1
-                if started == c:
-                    all_started.set()
-                for k in itertools.count():
-                    lead = await self._lead_in(c, w, k)
-                    await asyncio.sleep(think.draw(rng, (lead.latency_ms or 0.0) / 1000))
-                    if all_started.is_set():
-                        break
-            last_s = 0.0
             for rnd in rounds:
                 record = await self._one(c, rnd, w, repeat=repeat, history=history)
-                last_s = (record.latency_ms or 0.0) / 1000
-                pause = None
-                if think is not None:
-                    pause = think.draw(rng, last_s)
-                    record.think_ms = pause * 1000
                 on_record(record)
                 bucket = pending[rnd]
                 bucket.append(record)
                 if len(bucket) == c:
                     commit(sorted(pending.pop(rnd), key=lambda r: r.worker))
                     done.extend(bucket)
-                if pause and rnd != rounds[-1]:
-                    await asyncio.sleep(pause)
-            if think is None:
-                return
-            finished += 1
-            if finished == c:
-                all_done.set()
-                return
-            load = asyncio.create_task(self._keep_load(c, w, rng, think, pause or 0.0))
-            try:
-                await all_done.wait()
-            finally:  # also when the level is cancelled (Ctrl-C) or another user failed
-                load.cancel()
-                await asyncio.gather(load, return_exceptions=True)
 
-        workers = [asyncio.create_task(worker(w)) for w in range(c)]
-        try:
-            await asyncio.gather(*workers)
-        finally:  # a failed or cancelled level leaves no user sending
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+        await _all_or_none([worker(w) for w in range(c)])
         return done
 
-    async def _keep_load(self, c: int, w: int, rng: random.Random, think: ThinkModel,
-                         pause: float) -> None:
-        """A user past its rounds: think, send an unstored request, again (cancelled when
-        the level's last stored request ends). Its prompts take ordinals below calibration's."""
-        for k in itertools.count():
-            await asyncio.sleep(pause)
-            record = await self._one(c, k, w, ordinal=FILLER_ORDINAL - k * c - w, tag="-load")
-            self._unstored_chunks += record.chunks
-            pause = think.draw(rng, (record.latency_ms or 0.0) / 1000)
+    async def _users(self, c: int, count: int, think: LevelThink, commit: Commit,
+                     on_record: OnRecord, repeat: int, first_round: int,
+                     stored_before: int) -> list[RequestRecord]:
+        """U users. Each arrives at a random moment of one cycle (the last level's mean
+        request and think) and sends unstored requests, each followed by a think, until every
+        user has arrived and the load has settled for SETTLING_CYCLES cycles (measured: one
+        cycle left the burst of arrivals in the first stored requests): so each stored request
+        meets all U users, and none a synchronised first burst. Then requests are stored until
+        `count` have been sent, whoever sends them, and users keep sending unstored ones until
+        the last stored one has ended, so each stored request meets the load of all U users,
+        not a level emptying at its end."""
+        done: list[RequestRecord] = []
+        batch: list[RequestRecord] = []
+        arrived = sent = 0
+        all_arrived, storing, all_ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        settling: list[RequestRecord] = []  # lead-ins ended since all users arrived
+
+        def observe(record: RequestRecord) -> None:
+            if record.latency_ms is not None:
+                think.observe(record.latency_ms / 1000)
+
+        def ended(record: RequestRecord) -> None:
+            nonlocal batch
+            on_record(record)
+            done.append(record)
+            batch.append(record)
+            if len(done) == count or len(batch) == c:
+                commit(batch)
+                batch = []
+            if len(done) == count:
+                all_ended.set()
+
+        async def user(w: int) -> None:
+            nonlocal arrived, sent
+            history = self._conversation()
+            rng = think_rng(self.config.seed, c, w, repeat)
+            await asyncio.sleep(rng.uniform(0, self._typical_latency_s + think.z_s))
+            arrived += 1
+            if arrived == c:
+                all_arrived.set()
+                think.restart()
+            for k in itertools.count(1):  # unstored until the level's load has settled
+                lead = await self._lead_in(c, w, k)
+                observe(lead)
+                if all_arrived.is_set():
+                    settling.append(lead)
+                    if len(settling) >= SETTLING_CYCLES * c:
+                        storing.set()
+                await asyncio.sleep(think.draw(rng))
+                if storing.is_set():
+                    break
+            rnd = first_round
+            while sent < count:
+                n = stored_before + sent
+                sent += 1
+                record = await self._one(c, rnd, w, self.ordinal(c, n // c, n % c, repeat),
+                                         repeat=repeat, history=history)
+                rnd += 1
+                observe(record)
+                pause = think.draw(rng, stored=True)
+                record.think_ms = pause * 1000
+                ended(record)
+                await asyncio.sleep(pause)
+            for k in itertools.count():  # keep the load on until the level ends
+                record = await self._one(c, k, w, ordinal=FILLER_ORDINAL - k * c - w,
+                                         tag="-load")
+                self._unstored_chunks += record.chunks
+                observe(record)
+                await asyncio.sleep(think.draw(rng))
+
+        users = [asyncio.create_task(user(w)) for w in range(c)]
+        level_over = asyncio.create_task(all_ended.wait())
+        try:  # users never stop on their own: the level ends with its last stored request
+            await asyncio.wait([*users, level_over], return_when=asyncio.FIRST_COMPLETED)
+            for task in users:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:  # also when the level is cancelled (Ctrl-C): none of its users keeps sending
+            level_over.cancel()
+            for task in users:
+                task.cancel()
+            await asyncio.gather(*users, level_over, return_exceptions=True)
+        return done
 
     async def _burst(self, c: int, rounds: Sequence[int], commit: Commit,
                      on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:

@@ -52,7 +52,11 @@ def test_run_page_shows_measured_users_beside_the_estimate(monkeypatch, users_db
 
     per_level = at.dataframe[0].value
     assert_human(at.dataframe[0])
-    assert list(per_level.columns[:3]) == ["users", "passes", "duty cycle (measured)"]
+    assert list(per_level.columns[:5]) == ["users", "passes", "within noise of the targets",
+                                           "steady state", "duty cycle (measured)"]
+    assert per_level["steady state"].all() and not per_level["within noise of the targets"].any()
+    assert per_level["think Z (ms)"].tolist() == pytest.approx(
+        [3 * 128 / tps * 1000 for _, tps in fixtures.USERS_PROFILE.values()], rel=0.03)
     assert config(at.dataframe[0])["users"]["pinned"] is True
     assert list(per_level["users"]) == list(fixtures.USERS_LEVELS)
     assert list(per_level["passes"]) == [True, True, False]
@@ -83,6 +87,24 @@ def test_run_page_says_how_to_get_an_estimate_without_a_paired_run(monkeypatch, 
     assert metrics(at)["Max users (measured)"] == "6"
     assert not any(label.startswith("estimate") for label in metrics(at))
     assert any("closed `make bench`" in info.value for info in at.info)
+
+
+def test_a_users_level_not_in_steady_state_is_left_out_of_max_users(monkeypatch, tmp_path):
+    """The summary's own check: U=6 keeps one request per user, too few to check, so Max
+    users falls to 4 and the headline and the per-level table say why."""
+    db = tmp_path / "bench.duckdb"
+    fixtures.build_with_users(db)
+    with Store(db)._connect() as con:
+        con.execute("DELETE FROM requests WHERE run_id = ? AND concurrency = 6 AND round > 0",
+                    [fixtures.USERS_RUN])
+    at = app(monkeypatch, db, "views/run.py")
+    at.selectbox(key="run_id").set_value(fixtures.USERS_RUN).run()
+    assert not at.exception, at.exception
+    assert at.subheader[0].value.startswith("Max users 4 ")
+    assert "not in steady state, left out: 6" in at.subheader[0].value
+    per_level = at.dataframe[0].value.set_index("users")
+    assert per_level.loc[6, "steady state"] == False  # noqa: E712 (a numpy bool)
+    assert per_level.loc[6, "why not steady"].startswith("too short to check")
 
 
 def test_run_page_shows_context_and_cached_tokens_per_turn(monkeypatch, users_db):

@@ -10,10 +10,17 @@ import subprocess
 import httpx
 import pytest
 
-from harness.config import PROFILE_DUTY, ThinkModel
+from harness.config import PROFILE_DUTY, RunConfig, StoredRun, ThinkModel
 from harness.records import RequestRecord
 from harness.results.store import Store
-from harness.results.users import UsersEstimate, duty_cycle, paired_closed_run
+from harness.results.users import (
+    UsersEstimate,
+    duty_cycle,
+    in_flight,
+    paired_closed_run,
+    steady_state,
+)
+from harness.run.think import LevelThink
 from tests.conftest import ROOT, run_cli
 
 # A server whose first token waits 3 ms per request in flight (this one included), as when one
@@ -25,20 +32,27 @@ TARGET = ("--ttft-max-ms", "100", "--tps-min", "1")
 SHORT = ("--input-tokens", "16", "--output-tokens", "8", "--no-progress")
 
 
-def test_think_time_gives_the_profile_duty_cycle():
+@pytest.mark.parametrize("dist", ["exponential", "constant", "lognormal"])
+def test_think_time_gives_the_profile_duty_cycle(dist):
     rng = random.Random(7)
     for profile, duty in PROFILE_DUTY.items():
-        think = ThinkModel(duty_cycle=duty)
-        draws = [think.draw(rng, 2.0) for _ in range(20_000)]
+        think = ThinkModel(duty_cycle=duty, dist=dist)
+        draws = [think.draw(rng, think.mean_for(2.0)) for _ in range(20_000)]
         busy = 2.0 * len(draws)
         assert busy / (busy + sum(draws)) == pytest.approx(duty, rel=0.03), profile
-    assert ThinkModel(duty_cycle=1.0).draw(rng, 5.0) == 0.0  # always busy: never thinks
-    fixed = [ThinkModel(fixed_s=0.5).draw(rng, 99.0) for _ in range(20_000)]
-    assert statistics.fmean(fixed) == pytest.approx(0.5, rel=0.03)
+        spread = statistics.pstdev(draws) / statistics.fmean(draws)
+        assert spread == pytest.approx({"exponential": 1.0, "constant": 0.0,
+                                        "lognormal": 0.95}[dist], abs=0.06)
+    always_busy = ThinkModel(duty_cycle=1.0, dist=dist)
+    assert always_busy.draw(rng, always_busy.mean_for(5.0)) == 0.0  # never thinks
+    fixed = ThinkModel(fixed_s=0.5, dist=dist)
+    draws = [fixed.draw(rng, fixed.mean_for(99.0)) for _ in range(20_000)]
+    assert statistics.fmean(draws) == pytest.approx(0.5, rel=0.03)
 
 
 @pytest.mark.parametrize("kwargs", [{"duty_cycle": 0.0}, {"duty_cycle": 1.5},
-                                    {"fixed_s": -1.0}, {}, {"duty_cycle": 0.5, "fixed_s": 1.0}])
+                                    {"fixed_s": -1.0}, {}, {"duty_cycle": 0.5, "fixed_s": 1.0},
+                                    {"duty_cycle": 0.5, "dist": "pareto"}])
 def test_think_model_refuses_what_cannot_be_a_duty_cycle(kwargs):
     with pytest.raises(ValueError):
         ThinkModel(**kwargs)
@@ -127,6 +141,8 @@ def test_search_finds_the_highest_passing_user_count(tmp_path, mock_process):
     (("--mode", "users", "--duty-cycle", "0.5", "--think-time", "1"), "give one"),
     (("--mode", "users", "--profile", "agentic", "--think-time", "0"), "give one"),
     (("--mode", "users", "--profile", "chat", "--duty-cycle", "0.9"), "give one"),
+    (("--think-dist", "constant"), "--think-dist needs --mode users"),
+    (("--mode", "users", "--think-dist", "pareto"), "--think-dist: invalid choice"),
 ])
 def test_bad_users_settings_get_one_sentence_and_exit_2(tmp_path, mock_server, flags, says):
     db = tmp_path / "bad.duckdb"
@@ -209,3 +225,178 @@ def test_a_server_that_does_not_say_its_context_is_told_once(tmp_path, mock_serv
     told = run_cli("run", "--url", mock_server.url, "--levels", "1", "--rounds", "1",
                    "--db", str(db), "--output-tokens", "8")
     assert told.returncode == 0 and "context length" not in told.stderr
+
+
+# A server whose token rate is shared by the streams in flight (2 ms per token per stream), so
+# a request's latency follows the load the other users put on it.
+SHARED_DECODE = {"ttft_ms": 5, "itl_ms": 2, "shared_decode": True}
+
+
+def _pooled_r(records: list[RequestRecord]) -> float:
+    """Pearson's r of think against the latency it follows, pooled within levels."""
+    pairs = []
+    for u in {r.concurrency for r in records}:
+        level = [r for r in records if r.concurrency == u]
+        lat = statistics.fmean(r.latency_ms for r in level)
+        think = statistics.fmean(r.think_ms for r in level)
+        pairs += [(r.latency_ms - lat, r.think_ms - think) for r in level]
+    return (sum(a * b for a, b in pairs)
+            / math.sqrt(sum(a * a for a, _ in pairs) * sum(b * b for _, b in pairs)))
+
+
+@pytest.mark.parametrize("profile", ["chat", "agentic"])
+def test_thinks_do_not_follow_the_latency_before_them_and_the_duty_lands(sweep, profile):
+    """Each user thinks around the level's one mean, whatever its own last request took: over
+    >= 200 requests, pooled within levels, think and the latency it follows are uncorrelated,
+    and the run's duty cycle lands within 2 points of the profile's."""
+    swept = sweep(SHARED_DECODE, mode="users", profile=profile, levels=(6, 12), rounds=20,
+                  input_tokens=16, output_tokens=16)
+    records = [r for r in swept.store.requests(swept.run_id) if r.think_ms is not None]
+    assert len(records) == (6 + 12) * 20
+    assert abs(_pooled_r(records)) < 0.12
+    assert duty_cycle(records) == pytest.approx(PROFILE_DUTY[profile], abs=0.02)
+    proc = run_cli("summary", "--db", str(swept.store.path), "--json")
+    summary = json.loads(proc.stdout)
+    zs = swept.store.user_levels(swept.run_id)
+    for level in summary["levels"]:
+        assert level["think_mean_ms"] == pytest.approx(zs[level["concurrency"]], rel=1e-3)
+        assert level["steady_state"] is True, level["steady_state_note"]
+        assert level["response_time_law_error_pct"] is not None
+    assert summary["users"]["unsteady_levels"] == []
+
+
+def _users_level(users: int, active: int, rounds: int, latency_ms: float, think_ms: float,
+                 seed: int = 3) -> list[RequestRecord]:
+    """`active` of `users` users each storing `rounds` requests, exponential thinks."""
+    rng = random.Random(seed)
+    out = []
+    for w in range(active):
+        sent = rng.uniform(0, (latency_ms + think_ms) / 1000)
+        for k in range(rounds):
+            think = rng.expovariate(1 / think_ms)
+            out.append(RequestRecord(f"u{w}-{k}", users, k, w, sent, ttft_ms=10.0,
+                                     latency_ms=latency_ms, output_tokens=8, think_ms=think))
+            sent += (latency_ms + think) / 1000
+    return out
+
+
+def test_a_level_cut_short_or_off_its_law_is_flagged():
+    """Steady users pass; one request per user is too short to check; a level where half the
+    users never came breaks the response-time law; a duty far off its target is flagged."""
+    assert steady_state(_users_level(8, 8, 12, 100.0, 300.0), 8, 0.25).flag is None
+    assert "too short to check" in steady_state(_users_level(8, 8, 1, 100.0, 300.0), 8,
+                                                0.25).flag
+    assert "response-time law is +" in steady_state(_users_level(8, 4, 24, 100.0, 300.0), 8,
+                                                    0.25).flag
+    busy = steady_state(_users_level(8, 8, 12, 300.0, 100.0), 8, 0.25)
+    assert "against 0.25" in busy.flag and busy.duty_cycle == pytest.approx(0.75, abs=0.05)
+
+
+def test_a_users_level_cut_short_is_flagged_in_the_summary_and_json(tmp_path, mock_process):
+    """One round of 8 users: the last users to arrive may store nothing before the count is
+    sent, and no window holds a request from all; the summary and --json say so and Max users
+    leaves the level out."""
+    url = mock_process("--ttft-ms", "20", "--itl-ms", "2")
+    db = str(tmp_path / "cut.duckdb")
+    out = run_cli("run", "--url", url, "--mode", "users", "--profile", "chat", "--levels",
+                  "8", "--rounds", "1", "--db", db, *SHORT, *TARGET, "--json", timeout=120)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    [level] = summary["levels"]
+    assert level["steady_state"] is False and "too short" in level["steady_state_note"]
+    assert level["passes"] and summary["max_users"] == 0
+    assert summary["users"]["unsteady_levels"] == [8]
+    text = run_cli("summary", summary["run_id"], "--db", db, *TARGET).stdout
+    assert "U=8 is not in steady state, left out of Max users" in " ".join(text.split())
+
+
+def test_max_users_names_the_levels_within_noise_of_the_targets(tmp_path):
+    """Three repeats of a users run whose rounds' mean TPS scatter by ~2.4 tok/s: U=8 passes
+    at 20.5 tok/s, but its interval holds the 20 tok/s target, so its verdict lies within its
+    noise and the summary says so beside Max users; U=4, at 30, is certain."""
+    db = tmp_path / "noise.duckdb"
+    store = Store(db)
+    store.initialise()
+    config = RunConfig(url="http://127.0.0.1:9/v1", model="m", mode="users", profile="chat",
+                       levels=(4, 8), rounds=12, repeat=3)
+    store.create_run("noisy", {"device": "", "engine": "", "model": "m", "table_placement": "",
+                               "target_url": config.url, "api": "chat", "mode": "users",
+                               "levels": [4, 8], "rounds": 12, "input_tokens": 128,
+                               "output_tokens": 128, "label": "",
+                               "config": StoredRun(config).to_json()})
+    scatter = (-4, -2, 0, 2, 4, -3, 3, -1, 1, 0, -2, 2)  # per round, summing to 0
+    rows = []
+    for u, tps in ((4, 30.0), (8, 20.5)):
+        for repeat in range(3):
+            for w in range(u):
+                sent = 1000.0 * (repeat + 1) + u * 100 + w * 0.05
+                for k, off in enumerate(scatter):
+                    latency = 128 / (tps + off) * 1000
+                    rows.append(RequestRecord(
+                        f"noisy-c{u}-p{repeat}-r{k}-w{w}", u, k, w, sent, ttft_ms=50.0,
+                        latency_ms=latency, output_tokens=128, think_ms=3 * latency,
+                        repeat=repeat))
+                    sent += 4 * latency / 1000
+    store.write_requests("noisy", rows)
+    store.finish_run("noisy", "complete")
+    proc = run_cli("summary", "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["users"]["uncertain_levels"] == [8]
+    assert all(level["steady_state"] for level in summary["levels"])
+    assert summary["max_users"] == 8
+    text = run_cli("summary", "--db", str(db)).stdout
+    assert "levels within noise of the targets: 8" in " ".join(text.split())
+
+
+def test_the_level_think_follows_every_users_requests_not_ones_own():
+    """Z is (1 - d) / d times the mean of the level's requests since all users arrived, over
+    its last max(U, 24): a user's own slow request moves it by 1 / 24 of its excess only, and
+    a fixed --think-time never moves."""
+    think = LevelThink(ThinkModel(duty_cycle=0.25), users=4, typical_latency_s=1.0)
+    assert think.z_s == pytest.approx(3.0)
+    think.observe(9.0)  # a slow lead-in while users still arrive
+    think.restart()  # all have arrived: measured afresh
+    for _ in range(30):
+        think.observe(2.0)
+    assert think.z_s == pytest.approx(6.0)
+    think.observe(14.0)  # one user's very slow request
+    assert think.z_s == pytest.approx(3 * (2.0 + 12.0 / 24))
+    rng = random.Random(1)
+    draws = [think.draw(rng, stored=True) for _ in range(3)]
+    assert think.mean_drawn_around_s == pytest.approx(think.z_s) and len(set(draws)) == 3
+    fixed = LevelThink(ThinkModel(fixed_s=0.5), users=4, typical_latency_s=1.0)
+    fixed.observe(30.0)
+    assert fixed.z_s == 0.5
+
+
+def test_requests_in_flight_are_weighed_by_time():
+    # one request over the whole window, a second over its middle half: 1.5 on average
+    mean, sd = in_flight([(0.0, 4.0), (1.0, 3.0)], 0.0, 4.0)
+    assert mean == pytest.approx(1.5) and sd == pytest.approx(0.5)
+    mean, sd = in_flight([(-1.0, 10.0)] * 3, 0.0, 2.0)  # spans clipped to the window
+    assert (mean, sd) == (pytest.approx(3.0), pytest.approx(0.0))
+
+
+def test_a_resumed_users_level_sends_only_the_requests_it_lacks(sweep):
+    """A users pass stores U x rounds requests; a pass cut short (here: its later batches
+    lost) is resumed with the rest only, numbered on from the last stored round, so ids stay
+    unique and the level ends with exactly U x rounds."""
+    first = sweep(SHARED_DECODE, mode="users", profile="chat", levels=(4,), rounds=6,
+                  input_tokens=16, output_tokens=8)
+    stored = first.store.requests(first.run_id)
+    assert len(stored) == 4 * 6
+    lost = [r.request_id for r in sorted(stored, key=lambda r: r.sent_at)[10:]]
+    with first.store._connect() as con:  # as if the run had stopped after 10 stored requests
+        con.execute("DELETE FROM requests WHERE run_id = ? AND request_id IN (SELECT unnest(?))",
+                    [first.run_id, lost])
+        con.execute("UPDATE runs SET status = 'aborted' WHERE run_id = ?", [first.run_id])
+    kept = {r.request_id: r.round for r in first.store.requests(first.run_id)}
+    assert len(kept) == 10
+    again = sweep(first.server, store=first.store, run_id=first.run_id, resume=True,
+                  config=first.config)
+    after = again.store.requests(first.run_id)
+    assert len(after) == 4 * 6 and len({r.request_id for r in after}) == 4 * 6
+    new = [r for r in after if r.request_id not in kept]
+    assert len(new) == 14 and min(r.round for r in new) == max(kept.values()) + 1
+    assert again.store.run(first.run_id)["status"] == "complete"
