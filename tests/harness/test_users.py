@@ -1,6 +1,7 @@
 """`run --mode users`: simulated users who think between requests, measured max users beside
 the factor estimate, and the checks that refuse bad users settings."""
 
+import collections
 import json
 import math
 import random
@@ -400,3 +401,25 @@ def test_a_resumed_users_level_sends_only_the_requests_it_lacks(sweep):
     new = [r for r in after if r.request_id not in kept]
     assert len(new) == 14 and min(r.round for r in new) == max(kept.values()) + 1
     assert again.store.run(first.run_id)["status"] == "complete"
+
+
+def test_repeat_runs_every_users_level_again_and_gives_it_an_interval(tmp_path, mock_process):
+    """`--repeat 3` in users mode: each pass of a level stores its own U x rounds requests,
+    the level's mean TPS gets the range over repeats, and the summary says which levels lie
+    within noise of the targets (here none: 1 tok/s is far below every level)."""
+    url = mock_process("--ttft-ms", "5", "--itl-ms", "2")
+    db = str(tmp_path / "rep.duckdb")
+    out = run_cli("run", "--url", url, "--mode", "users", "--profile", "agentic", "--levels",
+                  "4", "--rounds", "3", "--repeat", "3", "--db", db, *SHORT, *TARGET, "--json",
+                  timeout=120)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    rows = Store(db).requests(summary["run_id"])
+    assert sorted(collections.Counter(r.repeat for r in rows).items()) == [(0, 12), (1, 12),
+                                                                           (2, 12)]
+    [level] = summary["levels"]
+    assert level["tps_ci"]["repeats"] == 3 and level["tps_ci"]["low"] <= level["mean_tps"]
+    assert summary["users"]["uncertain_levels"] == [] and summary["max_users"] == 4
+    assert len(Store(db).user_levels(summary["run_id"])) == 1
+    text = run_cli("summary", summary["run_id"], "--db", db, *TARGET).stdout
+    assert "no level within noise of the targets" in " ".join(text.split())
