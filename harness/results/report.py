@@ -104,7 +104,8 @@ def summarise(
         levels, found, warnings = _rate_levels(run, stats, targets)
     else:
         levels, found, warnings = _concurrency_levels(run, stats, targets, search)
-        found.update(_repeats(levels, records, run["output_tokens"], targets))
+        intervals = level_intervals(records)
+        found.update(_repeats(levels, records, run["output_tokens"], targets, intervals))
     for row in levels:
         figures = (server or {}).get((row["concurrency"], row.get("rate")), {})
         for name in SPEC_DECODE_FIELDS:
@@ -119,7 +120,7 @@ def summarise(
         if checked and checked.client_bound:
             warnings.append(describe_client(_row_name(row), checked))
     if run["mode"] == "users":
-        found.update(_users(run, levels, records, targets, paired, think_means))
+        found.update(_users(run, levels, records, targets, paired, think_means, intervals))
         warnings += [f"U={row['concurrency']} is not in steady state, left out of Max users: "
                      f"{row['steady_state_note']}" for row in levels if not row["steady_state"]]
     turns = turn_rows(records)
@@ -153,7 +154,9 @@ def summarise(
 
 def _users(run: dict, levels: list[LevelRow], records: Sequence[RequestRecord],
            targets: Targets, paired: tuple[str, int] | None,
-           think_means: Mapping[int, float] | None) -> Summary:
+           think_means: Mapping[int, float] | None,
+           intervals: tuple[Mapping[int, confidence.Interval], Mapping[int, confidence.Interval]],
+           ) -> Summary:
     """Max users (the highest passing user count among the levels in steady state), each
     level's duty cycle, mean think, response-time law and steady-state check, the levels
     whose verdict lies within their noise, beside the published factor estimate; Max C and its
@@ -163,7 +166,7 @@ def _users(run: dict, levels: list[LevelRow], records: Sequence[RequestRecord],
     duty_target = config.duty_cycle if config else None
     target = (users.target_duty(profile, duty_target, config.think_s) if config
               else PROFILE_DUTY.get(profile))
-    ttft, tps = level_intervals(records)
+    ttft, tps = intervals  # level_intervals: mean TTFT and TPS per level
     checks = users.level_checks(records, target, targets, tps, ttft)
     for row in levels:
         c = row["concurrency"]
@@ -289,9 +292,11 @@ def repeat_agreement(records: Sequence[RequestRecord], output_target: int,
 
 
 def _repeats(levels: list[LevelRow], records: Sequence[RequestRecord], output_target: int,
-             targets: Targets) -> Summary:
+             targets: Targets,
+             intervals: tuple[Mapping[int, confidence.Interval], Mapping[int, confidence.Interval]],
+             ) -> Summary:
     """Adds ttft_ci and tps_ci to each level row; the repeats and their Max C agreement."""
-    ttft, tps = level_intervals(records)
+    ttft, tps = intervals
     for row in levels:
         row["ttft_ci"] = _interval(ttft.get(row["concurrency"]))
         row["tps_ci"] = _interval(tps.get(row["concurrency"]))
