@@ -6,7 +6,10 @@ content chunks (flagged as estimated, since one chunk may carry several tokens);
 tokens from `usage.prompt_tokens_details.cached_tokens` where the server reports them. Each
 content chunk's arrival time is kept, and its tokens where every content chunk carries the
 cumulative `usage.completion_tokens` (vLLM's `continuous_usage_stats`), for the inter-token
-figures of harness.results.token_timing. The
+figures of harness.results.token_timing. After the first content chunk, a chunk without text
+whose usage grew counts too: its tokens decoded to no text yet (a partial character, a skipped
+special token), but the server sent them then, and the chunks' tokens add up to the
+request's. The
 answer's text is kept only when asked (`keep_text`: a multi-turn user resends it). A chunk whose
 fields have the wrong shape is a `malformed` fault, never an exception from the protocol
 callback (which would store the request as `dropped`).
@@ -106,17 +109,25 @@ class CompletionStream:
         else:
             text = choice.get("text")
         if not text:
+            if (self.times_ns and self.chunk_tokens is not None and chunk_usage is not None
+                    and chunk_usage > self.counted):
+                # tokens that made no text (a partial character, a skipped special token)
+                # arrived all the same: by the server's count this chunk carried them
+                self._count_chunk(chunk_usage, now_ns)
             return
         if self.text is not None:  # the answer itself: content, not reasoning or tool calls
             piece = delta.get("content") if delta is not None else text
             if isinstance(piece, str):
                 self.text.append(piece)
-        if self.chunk_tokens is not None:
-            if chunk_usage is None:
-                self.chunk_tokens = None
-            else:
-                self.chunk_tokens.append(chunk_usage - self.counted)
-                self.counted = chunk_usage
+        if self.chunk_tokens is not None and chunk_usage is None:
+            self.chunk_tokens = None
+        self._count_chunk(chunk_usage, now_ns)
+
+    def _count_chunk(self, chunk_usage: int | None, now_ns: int) -> None:
+        """One chunk that carried output; its tokens are the growth of the cumulative usage."""
+        if self.chunk_tokens is not None and chunk_usage is not None:
+            self.chunk_tokens.append(chunk_usage - self.counted)
+            self.counted = chunk_usage
         self.times_ns.append(now_ns)
         self.last_ns = now_ns
         self.chunks += 1

@@ -134,3 +134,20 @@ def test_an_event_that_never_ends_is_malformed_in_bounded_memory():
         for _ in range(20):  # 21 MiB without a blank line
             dec.feed(b"x" * 2**20)
     assert fault.value.kind == "malformed"
+
+
+def test_tokens_that_made_no_text_still_count_where_usage_says_they_came():
+    """A tiny random model's tokens can be partial characters: vLLM streams them with empty
+    text and growing usage. Before the first content they join it (TTFT stays at the first
+    text); after it they are chunks of their own, so the chunks' tokens add up to the
+    request's even when its last tokens made no text."""
+    s = CompletionStream()
+    s.add(chunk(text="", usage={"completion_tokens": 1}), 100)
+    s.add(chunk(text="a", usage={"completion_tokens": 2}), 200)
+    s.add(chunk(text="", usage={"completion_tokens": 4}), 300)
+    s.add(chunk(text="b", usage={"completion_tokens": 5}), 400)
+    s.add(chunk(text="", usage={"completion_tokens": 5}), 450)  # finish chunk: no new token
+    s.add(chunk(text="", usage={"completion_tokens": 7}), 500)
+    s.add(chunk(usage={"completion_tokens": 7}, choices=False), 510)
+    assert (s.times_ns, s.chunk_tokens, s.chunks) == ([200, 300, 400, 500], [2, 2, 1, 2], 4)
+    assert sum(s.chunk_tokens) == s.completion_tokens == 7
