@@ -75,8 +75,8 @@ def _writer_pid(parent: int, timeout: float = 10) -> int:
 
 
 def test_a_killed_writer_is_restarted_and_every_measured_request_is_stored(tmp_path):
-    url, server = _mock("--ttft-ms", "5", "--itl-ms", "1")
-    try:
+    url, server = _mock("--ttft-ms", "5", "--itl-ms", "4")  # ~8 s in all: the kill lands
+    try:  # while rounds are still to come (a writer killed after the last one restarts never)
         db = tmp_path / "b.duckdb"
         proc = _start_run("--url", url, "--levels", "2,4", "--rounds", "30",
                           "--output-tokens", "32", "--db", str(db))
@@ -161,9 +161,9 @@ def test_a_full_disk_stops_the_run_at_once_and_resume_recovers_every_measured_ro
 
 
 def test_a_target_that_dies_mid_run_fails_the_run(tmp_path):
-    url, server = _mock("--ttft-ms", "10", "--itl-ms", "2")
+    url, server = _mock("--ttft-ms", "20", "--itl-ms", "2")  # ~15 s in all: the kill lands
     db = tmp_path / "b.duckdb"
-    proc = _start_run("--url", url, "--levels", "1,2,4", "--rounds", "40",
+    proc = _start_run("--url", url, "--levels", "1,2,4", "--rounds", "100",
                       "--output-tokens", "16", "--db", str(db))
     _wait(lambda: _stored_rows(db) >= 3, proc, "a first stored round")
     server.kill()
