@@ -32,7 +32,7 @@ from harness.results.metrics import (
     rate_capacity,
     stats_by_level,
 )
-from harness.results.search import SearchPlan, outcomes, plan
+from harness.results.search import USERS_RESOLUTION, SearchPlan, outcomes, plan
 from harness.results.server_metrics import MetricRow, level_figures
 from harness.results.store import Store
 from harness.results.summary import (
@@ -707,4 +707,5 @@ def search_plan(store: Store, run_id: str, config: RunConfig, targets: Targets) 
     probed = store.probes(run_id)
     swept = {c: ok for c, ok in verdicts.items() if c not in probed}
     probes = [(c, verdicts[c]) for c in probed if c in verdicts]
-    return plan(swept, probes, config.max_concurrency)
+    resolution = USERS_RESOLUTION if config.mode == "users" else 0.0
+    return plan(swept, probes, config.max_concurrency, resolution)

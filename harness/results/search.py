@@ -2,7 +2,8 @@
 
 The sweep's levels (1, 2, 4, 8 ...) only bracket Max C; the search probes more levels until the
 highest passing and the lowest failing concurrency are adjacent integers, so "Max C >= 2" can
-become "Max C 3". The runner measures each probe as a full level and feeds the verdict back:
+become "Max C 3" (a users search stops within USERS_RESOLUTION of that). The runner measures
+each probe as a full level and feeds the verdict back:
 
     probes = []
     while (p := plan(swept, probes, cap).next_probe) is not None:
@@ -23,6 +24,11 @@ from dataclasses import dataclass
 from harness.results.metrics import LevelPoint, Targets, judge
 
 DEFAULT_MAX_CONCURRENCY = 256
+# A users search stops bisecting once its bracket is within this share of the highest passing
+# count: a users level's verdict moves by more than that from one pass to the next (the levels
+# within noise of the targets span a quarter or more of Max users on the mock server), and its
+# last probes are its costliest levels.
+USERS_RESOLUTION = 1 / 8
 
 
 @dataclass(slots=True, frozen=True)
@@ -32,6 +38,7 @@ class SearchPlan:
     next_probe: int | None  # None: nothing left to probe
     max_c: int  # the highest passing level so far (0: none passes)
     exact: bool  # adjacent integers known: max_c passes and max_c + 1 fails
+    # (neither exact nor lower_bound: stopped within the resolution, see `how`)
     lower_bound: bool  # every level up to the cap passed, so Max C >= max_c
     how: str  # one human sentence, e.g. "bisection: 4 passed, 8 failed; probed 6 (fail), 5 (pass)"
 
@@ -61,7 +68,7 @@ def _fmt(c: int, ok: bool) -> str:
 
 def _how(
     swept: Mapping[int, bool], probes: Sequence[tuple[int, bool]], known: dict[int, bool],
-    max_c: int, cap: int, exact: bool, lower_bound: bool,
+    max_c: int, cap: int, exact: bool, lower_bound: bool, resolved: int | None,
 ) -> str:
     """Describe the search: where the sweep left it, the probes in order, and any oddity."""
     passing = [c for c, ok in swept.items() if ok]
@@ -84,6 +91,9 @@ def _how(
         parts.append("adjacent levels, nothing to probe")
     if exact and max_c == 0:
         parts.append("1 failed, so no concurrency meets the targets")
+    elif resolved is not None:
+        parts.append(f"stopped with {max_c} passing and {resolved} failing, within the "
+                     "search's resolution")
     elif lower_bound:
         parts.append(f"the cap C={cap} passed, so Max C >= {cap}")
     below = sorted(c for c, ok in known.items() if not ok and c < max_c)
@@ -97,13 +107,15 @@ def plan(
     swept: Mapping[int, bool],
     probes: Sequence[tuple[int, bool]] = (),
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    resolution: float = 0.0,
 ) -> SearchPlan:
     """The next level to probe given the sweep's verdicts and the probes so far (in order).
 
     Bisects (midpoint, rounded down) between the highest passing level and the lowest failing
-    level above it; when nothing fails, doubles the highest level, capped at `max_concurrency`
-    (a passing cap ends the search with a lower bound); when nothing passes, bisects down
-    towards 1 (C=1 failing means Max C 0).
+    level above it, until they are adjacent or (`resolution` > 0) at most
+    max(1, resolution x the passing level) apart; when nothing fails, doubles the highest
+    level, capped at `max_concurrency` (a passing cap ends the search with a lower bound);
+    when nothing passes, bisects down towards 1 (C=1 failing means Max C 0).
     """
     known = _merge(swept, probes)
     if max_concurrency < 1:
@@ -115,17 +127,20 @@ def plan(
     failing_above = [c for c, ok in known.items() if not ok and c > max_c]
     if failing_above:
         hi = min(failing_above)
-        nxt = (max_c + hi) // 2 if hi - max_c > 1 else None
+        step = max(1, int(resolution * max_c))
+        nxt = (max_c + hi) // 2 if hi - max_c > step else None
     else:  # nothing fails above the highest pass: double upwards, within the cap
         nxt = min(2 * max_c, max_concurrency) if max_c < max_concurrency else None
-    exact = nxt is None and bool(failing_above)
-    lower_bound = nxt is None and not exact
+    exact = nxt is None and bool(failing_above) and min(failing_above) == max_c + 1
+    resolved = min(failing_above) if nxt is None and failing_above and not exact else None
+    lower_bound = nxt is None and not failing_above
     return SearchPlan(
         next_probe=nxt,
         max_c=max_c,
         exact=exact,
         lower_bound=lower_bound,
-        how=_how(swept, probes, known, max_c, max_concurrency, exact, lower_bound),
+        how=_how(swept, probes, known, max_c, max_concurrency, exact, lower_bound,
+                 resolved),
     )
 
 
@@ -133,10 +148,11 @@ def search(
     levels: Iterable[int],
     passes: Callable[[int], bool],
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    resolution: float = 0.0,
 ) -> tuple[SearchPlan, list[tuple[int, bool]]]:
     """Run the sweep's levels then the probes against a pass rule; for tests and simulations."""
     swept = {c: passes(c) for c in levels}
     probes: list[tuple[int, bool]] = []
-    while (p := plan(swept, probes, max_concurrency)).next_probe is not None:
+    while (p := plan(swept, probes, max_concurrency, resolution)).next_probe is not None:
         probes.append((p.next_probe, passes(p.next_probe)))
     return p, probes

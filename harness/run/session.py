@@ -301,6 +301,7 @@ async def execute(
         _finish(store, run_id, "failed", str(exc) or type(exc).__name__)
         raise
     finally:
+        await sweep.stop_users()
         sweep.close()
         if scraper:
             scraper.close()

@@ -8,12 +8,16 @@ to `commit` as soon as its C records exist, so a killed process loses at most th
 earlier ones; the level (concurrency 0, round 0, worker = request index) is committed whole
 once its last request ends, so a resume runs a rate level again or not at all. `users`: U
 simulated users (the level), each sends a request, waits for it, thinks around the level's one
-mean think (harness.run.think), and sends again. Users arrive spread out and send unstored
-lead-in requests until all have arrived and SETTLING_CYCLES x U more have ended; from then
-every request sent is stored, up to a count (U x rounds), whichever users send them; the users
-then keep the load on with unstored requests until the last stored one has ended, so no level
-waits for its slowest user's rounds. A users request's round is its user's k-th stored one,
-and they are committed in batches of U.
+mean think (harness.run.think), and sends again. A run's first users arrive spread over one
+cycle; the users of one level carry on into the next, which stops the ones it does not need
+or adds new ones arriving over a cycle, so a level starts in the phases the users were in,
+not from a synchronised start. Users send unstored lead-in requests until every new user has
+sent its first and SETTLING_CYCLES x U more have ended (CARRIED_SETTLING_CYCLES when users
+carried on); from then every request sent is stored, up to a count (U x rounds),
+whichever users send them; the users then keep the load on with unstored requests until the
+last stored one has ended, and on into the next level, so no level waits for its slowest
+user's rounds. A users request's round is its user's k-th stored one, and they are committed
+in batches of U.
 
 `--turns N` makes each worker (or user) a conversation of N turns: round r is turn r % N + 1,
 and each turn resends the conversation so far (its messages and the answers they got) with a
@@ -29,26 +33,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import math
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.config import RunConfig
 from harness.records import RequestRecord
 from harness.results.client_check import ClientCheck
 from harness.run.arrivals import schedule
 from harness.run.prompts import Prompts
-from harness.run.think import LevelThink
+from harness.run.think import MIN_MEMORY, LevelThink
 from harness.run.workload import Turn, payload
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.wire.endpoint import Endpoint
 
 Commit = Callable[[list[RequestRecord]], None]
 FILLER_ORDINAL = -100_000  # users mode: unstored requests (lead-in, keeping the load on)
-SETTLING_CYCLES = 2  # users mode: lead-in cycles (U requests each) after all have arrived
+SETTLING_CYCLES = 2  # users mode: lead-in cycles (U requests each) once all have begun
+CARRIED_SETTLING_CYCLES = 1  # ... when the users of the level before carry on into it
 OnRecord = Callable[[RequestRecord], None]
 
 
@@ -74,6 +78,73 @@ class LevelOutcome:
     def chunks(self) -> int:
         """Every chunk the harness read over the level, what `cpu_s` was spent on."""
         return sum(r.chunks for r in self.records) + self.unstored_chunks
+
+
+@dataclass(eq=False)
+class _UsersLevel:
+    """The users level being measured: what its users store, and where it goes."""
+
+    c: int
+    count: int  # stored requests to send
+    think: LevelThink
+    commit: Commit
+    on_record: OnRecord
+    repeat: int
+    first_round: int
+    stored_before: int
+    settling_cycles: int
+    sent: int = 0
+    settled: int = 0  # lead-ins sent once every user had begun, ended
+    lead_ins: int = 0
+    unstored_chunks: int = 0
+    all_begun: bool = False
+    begun: set[int] = field(default_factory=set)  # users that have sent for this level
+    rounds: dict[int, int] = field(default_factory=dict)  # user -> its next stored round
+    histories: dict[int, list[Turn]] = field(default_factory=dict)
+    unstored: dict[int, int] = field(default_factory=dict)  # user -> its unstored so far
+    rngs: dict[int, random.Random] = field(default_factory=dict)
+    done: list[RequestRecord] = field(default_factory=list)
+    batch: list[RequestRecord] = field(default_factory=list)
+    storing: asyncio.Event = field(default_factory=asyncio.Event)
+    over: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def rng(self, w: int, seed: int) -> random.Random:
+        if w not in self.rngs:
+            self.rngs[w] = think_rng(seed, self.c, w, self.repeat)
+        return self.rngs[w]
+
+    def begin(self, w: int) -> None:
+        """User w is in this level's load (carried on, or sent its first); once all are, R is
+        measured afresh (harness.run.think)."""
+        if w in self.begun:
+            return
+        self.begun.add(w)
+        if len(self.begun) == self.c:
+            self.all_begun = True
+            self.think.restart()
+
+    def next_unstored(self, w: int) -> int:
+        self.unstored[w] = k = self.unstored.get(w, 0) + 1
+        return k
+
+    def settle(self) -> None:
+        """A lead-in that met every user has ended; after enough, Z's memory widens and storing
+        starts (at least MIN_MEMORY of them, so Z rests on no few requests)."""
+        self.settled += 1
+        if self.settled >= max(self.settling_cycles * self.c, MIN_MEMORY):
+            self.think.hold()
+            self.storing.set()
+
+    def ended(self, record: RequestRecord) -> None:
+        """A stored request has ended: reported, committed in batches of U."""
+        self.on_record(record)
+        self.done.append(record)
+        self.batch.append(record)
+        if len(self.done) == self.count or len(self.batch) == self.c:
+            self.commit(self.batch)
+            self.batch = []
+        if len(self.done) == self.count:
+            self.over.set()
 
 
 def calibration_ordinal(sample: int) -> int:
@@ -130,8 +201,9 @@ class Sweep:
         self._warmup_ordinal = total
         self._extra_base = total + config.warmup  # levels the Max C search adds start here
         self._typical_latency_s = 0.0  # the last level's mean request: users' first think
-        self._unstored_chunks = 0
-        self._lead_ins = 0
+        self._crowd: dict[int, asyncio.Task[None]] = {}  # users mode: user -> its task
+        self._level: _UsersLevel | None = None  # users mode: the level the users send for
+        self._unstored_sent = 0
 
     def _request(self, c: int, rnd: int, worker: int, ordinal: int,
                  tag: str = "", repeat: int = 0,
@@ -243,36 +315,63 @@ class Sweep:
                         repeat: int = 0, first_round: int = 0, stored_before: int = 0,
                         ) -> LevelOutcome:
         """One pass of U = c users storing `count` requests (a resumed pass: the ones its
-        `stored_before` left; their rounds number on from `first_round`)."""
+        `stored_before` left; their rounds number on from `first_round`). The users of the
+        pass before carry on into this one."""
         await self.pool.warm(c)
-        self._unstored_chunks = self._lead_ins = 0
         cpu0 = time.process_time()
         if not self._typical_latency_s:  # a run's first level: one request alone sizes it
-            alone = await self._lead_in(c, c, 0)  # worker c: no user's
+            alone = await self._unstored(c, c, 0, "-lead")  # worker c: no user's
             self._typical_latency_s = (alone.latency_ms or 0.0) / 1000
         assert self.config.think is not None
         think = LevelThink(self.config.think, c, self._typical_latency_s)
-        records = await self._users(c, count, think, commit, on_record, repeat, first_round,
-                                    stored_before)
-        self._remember_latency(records)
-        return LevelOutcome(c, records, time.process_time() - cpu0,
-                            unstored_chunks=self._unstored_chunks,
-                            think_mean_s=think.mean_drawn_around_s, lead_in=self._lead_ins)
+        level = _UsersLevel(c, count, think, commit, on_record, repeat, first_round,
+                            stored_before,
+                            settling_cycles=CARRIED_SETTLING_CYCLES if self._crowd
+                            else SETTLING_CYCLES)
+        self._level = level
+        cycle_s = self._typical_latency_s + think.z_s
+        for w in sorted(self._crowd)[c:]:  # users above this level's count leave
+            self._crowd.pop(w).cancel()
+        for w in self._crowd:  # already in the load: the level waits only for new users
+            level.begin(w)
+        for w in range(len(self._crowd), c):  # new ones arrive over about one cycle
+            arrival = random.Random(f"arrive-{self.config.seed}-{c}-{w}-{repeat}")
+            self._crowd[w] = asyncio.create_task(self._user(w, arrival.uniform(0, cycle_s)))
+        try:
+            await self._until_over(level)
+        except BaseException:  # a failed or cancelled level leaves none of its users sending
+            await self.stop_users()
+            raise
+        self._remember_latency(level.done)
+        return LevelOutcome(c, level.done, time.process_time() - cpu0,
+                            unstored_chunks=level.unstored_chunks,
+                            think_mean_s=think.mean_drawn_around_s, lead_in=level.lead_ins)
+
+    async def _until_over(self, level: _UsersLevel) -> None:
+        """Until the level's last stored request has ended; a user that fails ends the run."""
+        over = asyncio.create_task(level.over.wait())
+        try:
+            await asyncio.wait([*self._crowd.values(), over],
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            over.cancel()
+        for task in self._crowd.values():
+            if task.done():  # users never stop on their own
+                raise task.exception() or RuntimeError("a simulated user stopped")
+
+    async def stop_users(self) -> None:
+        """Every user stops, mid-request or mid-think: the run has no more users levels."""
+        tasks = list(self._crowd.values())
+        self._crowd.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _remember_latency(self, records: Sequence[RequestRecord]) -> None:
         """The level's mean request: where the next users level starts its think."""
         latencies = [r.latency_ms for r in records if r.latency_ms]
         if latencies:
             self._typical_latency_s = sum(latencies) / len(latencies) / 1000
-
-    async def _lead_in(self, c: int, w: int, k: int) -> RequestRecord:
-        """An unstored request before a user's rounds (its k-th; w = c: the level's first,
-        sent alone); its prompts take ordinals above the fillers' and below calibration's."""
-        ordinal = FILLER_ORDINAL + 1 + k * (c + 1) + w
-        record = await self._one(c, k, w, ordinal=ordinal, tag="-lead")
-        self._unstored_chunks += record.chunks
-        self._lead_ins += 1
-        return record
 
     async def _closed(self, c: int, rounds: Sequence[int], commit: Commit,
                       on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
@@ -294,89 +393,58 @@ class Sweep:
         await _all_or_none([worker(w) for w in range(c)])
         return done
 
-    async def _users(self, c: int, count: int, think: LevelThink, commit: Commit,
-                     on_record: OnRecord, repeat: int, first_round: int,
-                     stored_before: int) -> list[RequestRecord]:
-        """U users. Each arrives at a random moment of one cycle (the last level's mean
-        request and think) and sends unstored requests, each followed by a think, until every
-        user has arrived and the load has settled for SETTLING_CYCLES cycles (measured: one
-        cycle left the burst of arrivals in the first stored requests): so each stored request
-        meets all U users, and none a synchronised first burst. Then requests are stored until
-        `count` have been sent, whoever sends them, and users keep sending unstored ones until
-        the last stored one has ended, so each stored request meets the load of all U users,
-        not a level emptying at its end."""
-        done: list[RequestRecord] = []
-        batch: list[RequestRecord] = []
-        arrived = sent = 0
-        all_arrived, storing, all_ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        settling: list[RequestRecord] = []  # lead-ins ended since all users arrived
-
-        def observe(record: RequestRecord) -> None:
-            if record.latency_ms is not None:
-                think.observe(record.latency_ms / 1000)
-
-        def ended(record: RequestRecord) -> None:
-            nonlocal batch
-            on_record(record)
-            done.append(record)
-            batch.append(record)
-            if len(done) == count or len(batch) == c:
-                commit(batch)
-                batch = []
-            if len(done) == count:
-                all_ended.set()
-
-        async def user(w: int) -> None:
-            nonlocal arrived, sent
-            history = self._conversation()
-            rng = think_rng(self.config.seed, c, w, repeat)
-            await asyncio.sleep(rng.uniform(0, self._typical_latency_s + think.z_s))
-            arrived += 1
-            if arrived == c:
-                all_arrived.set()
-                think.restart()
-            for k in itertools.count(1):  # unstored until the level's load has settled
-                lead = await self._lead_in(c, w, k)
-                observe(lead)
-                if all_arrived.is_set():
-                    settling.append(lead)
-                    if len(settling) >= SETTLING_CYCLES * c:
-                        storing.set()
-                await asyncio.sleep(think.draw(rng))
-                if storing.is_set():
-                    break
-            rnd = first_round
-            while sent < count:
-                n = stored_before + sent
-                sent += 1
-                record = await self._one(c, rnd, w, self.ordinal(c, n // c, n % c, repeat),
-                                         repeat=repeat, history=history)
-                rnd += 1
-                observe(record)
-                pause = think.draw(rng, stored=True)
+    async def _user(self, w: int, arrive_after_s: float) -> None:
+        """One user, from its arrival until the run's users levels end: it sends for whichever
+        level is current, each request followed by a think around that level's Z. Before the
+        level stores, its requests are unstored lead-ins; once it stores, they are stored until
+        the level has sent its count, whoever sends them; after that, unstored requests keep
+        the load on (to the level's last stored answer, and on into the next level)."""
+        await asyncio.sleep(arrive_after_s)
+        while True:
+            level = self._level
+            assert level is not None
+            rng = level.rng(w, self.config.seed)
+            level.begin(w)
+            if level.storing.is_set() and level.sent < level.count:
+                record = await self._stored(level, w)
+                pause = level.think.draw(rng, stored=True)
                 record.think_ms = pause * 1000
-                ended(record)
-                await asyncio.sleep(pause)
-            for k in itertools.count():  # keep the load on until the level ends
-                record = await self._one(c, k, w, ordinal=FILLER_ORDINAL - k * c - w,
-                                         tag="-load")
-                self._unstored_chunks += record.chunks
-                observe(record)
-                await asyncio.sleep(think.draw(rng))
+                level.ended(record)
+            else:
+                lead = not level.storing.is_set()
+                settles = lead and level.all_begun  # it meets the load of every user
+                record = await self._unstored(level.c, w, level.next_unstored(w),
+                                              "-lead" if lead else "-load")
+                level.unstored_chunks += record.chunks
+                level.lead_ins += lead
+                if settles:
+                    level.settle()
+                now = self._level
+                assert now is not None
+                if record.latency_ms is not None:
+                    now.think.observe(record.latency_ms / 1000)
+                pause = now.think.draw(now.rng(w, self.config.seed))
+            await asyncio.sleep(pause)
 
-        users = [asyncio.create_task(user(w)) for w in range(c)]
-        level_over = asyncio.create_task(all_ended.wait())
-        try:  # users never stop on their own: the level ends with its last stored request
-            await asyncio.wait([*users, level_over], return_when=asyncio.FIRST_COMPLETED)
-            for task in users:
-                if task.done() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-        finally:  # also when the level is cancelled (Ctrl-C): none of its users keeps sending
-            level_over.cancel()
-            for task in users:
-                task.cancel()
-            await asyncio.gather(*users, level_over, return_exceptions=True)
-        return done
+    async def _stored(self, level: _UsersLevel, w: int) -> RequestRecord:
+        """A stored request of the level: its round is the user's k-th stored one there."""
+        n = level.stored_before + level.sent
+        level.sent += 1
+        rnd = level.rounds.get(w, level.first_round)
+        level.rounds[w] = rnd + 1
+        history = level.histories.setdefault(w, []) if self.config.turns > 1 else None
+        record = await self._one(level.c, rnd, w, self.ordinal(level.c, n // level.c,
+                                                               n % level.c, level.repeat),
+                                 repeat=level.repeat, history=history)
+        if record.latency_ms is not None:
+            level.think.observe(record.latency_ms / 1000)
+        return record
+
+    async def _unstored(self, c: int, w: int, k: int, tag: str) -> RequestRecord:
+        """An unstored request (a lead-in or one keeping the load on), its prompt distinct
+        from every other's: the ordinals below FILLER_ORDINAL are theirs alone."""
+        self._unstored_sent += 1
+        return await self._one(c, k, w, ordinal=FILLER_ORDINAL - self._unstored_sent, tag=tag)
 
     async def _burst(self, c: int, rounds: Sequence[int], commit: Commit,
                      on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:

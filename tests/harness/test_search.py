@@ -135,3 +135,31 @@ def test_every_rule_finds_the_true_max_c_with_few_probes():
         assert result.max_c == true_max and result.exact
         assert len(probes) <= 10  # 4 doublings to 128, then 6 halvings of 64
         assert len({c for c, _ in probes}) == len(probes)  # never probes a level twice
+
+
+def test_a_search_with_a_resolution_stops_once_its_bracket_is_that_narrow():
+    """With resolution 1/8, 32 passing and 36 failing is close enough (36 - 32 <= 32 / 8): the
+    search stops there, neither exact nor a lower bound, and says why; 32 and 40 are not."""
+    wide = plan({32: True, 40: False}, resolution=1 / 8)
+    assert wide.next_probe == 36
+    done = plan({32: True, 40: False}, [(36, False)], resolution=1 / 8)
+    assert (done.next_probe, done.max_c, done.exact, done.lower_bound) == (None, 32, False,
+                                                                           False)
+    assert "stopped with 32 passing and 36 failing" in done.how
+    assert plan({32: True, 40: False}, [(36, False)]).next_probe == 34  # none: to the integer
+    small = plan({4: True, 6: False}, resolution=1 / 8)  # below 16 the step is one
+    assert small.next_probe == 5
+
+
+def test_speed_falling_as_one_over_c_bisects_to_within_the_resolution():
+    """110 x 8 / C tok/s: C=44 passes (20) and 45 fails; at 1/8 the search ends with a pass
+    and a fail at most a step apart, the pass the highest probed."""
+    def passes(c: int) -> bool:
+        return outcomes([LevelPoint(c, ttft_ms=100.0, tps=880.0 / c)])[c]
+
+    result, probes = search([8, 16, 32], passes, resolution=1 / 8)
+    failing = min(c for c, ok in probes if not ok and c > result.max_c)
+    assert passes(result.max_c) and result.max_c <= 44 < failing
+    assert failing - result.max_c <= result.max_c // 8
+    exact, exact_probes = search([8, 16, 32], passes)
+    assert exact.max_c == 44 and len(probes) < len(exact_probes)
