@@ -5,7 +5,9 @@ Per server, a closed run (levels C) and a chat-users run (levels U) with `--repe
 levels interleaved (closed C, users U, next C, ...: each arm's order swapping at every step),
 all against one server instance. Servers: the mock server decode-bound (its gap between tokens
 grows with the streams in flight), prefill-bound (its first token waits for every request in
-flight), and, with `--bundled`, the bundled Engram server as `make bench DEVICE=spark` starts it.
+flight), and, with `--bundled`, the bundled Engram server as `make bench DEVICE=spark` starts it
+(`--serve-flags` adds to its flags, such as `--placement host` where the disk under the table
+is not the Spark's); its levels also show the disk's reads from the kernel.
 Prints per level mean TPS and TTFT with their intervals, the users levels' requests in flight
 (mean +- sd over time, how bursty the users were) and duty cycle, then Max C, Max C x 4 and
 Max users with the levels within noise of the targets.
@@ -15,19 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import fmean
 
 from benchmarks.users_search import free_port, start_mock, wait_healthy
+from explorer.data import level_counters
+from harness.results.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 MOCKS = {
     "decode-bound": (("--ttft-ms", "20", "--itl-ms", "9", "--shared-decode"),
                      "4,5,6", "28,36,44"),
     "prefill-bound": (("--ttft-ms", "60", "--itl-ms", "1", "--shared-prefill"),
-                      "14,16,18", "56,64,72"),
+                      "16,18,19,20", "40,48,56,64"),
 }
 
 
@@ -53,14 +59,40 @@ def interleaved(url: str, db: Path, closed: str, users: str, args: argparse.Name
         for arm, levels in (arms if step % 2 == 0 else arms[::-1]):
             if step < len(levels):
                 mode = ("--mode", "users", "--profile", "chat") if arm == "users" else ()
-                summaries[arm].append(cli("run", *common, "--levels", levels[step], *mode))
+                summary = cli("run", *common, "--levels", levels[step], *mode)
+                _add_disk_reads(summary, db)
+                summaries[arm].append(summary)
     return _merged(summaries["closed"]), _merged(summaries["users"])
+
+
+def _add_disk_reads(summary: dict, db: Path) -> None:
+    """Each level's block device reads per second (device-wide, every process) and bytes this
+    server read from storage per token, the kernel's counters in the bundled server's /stats
+    as the explorer reads them (`level_counters`), averaged over the level's passes; nothing
+    where the server has none."""
+    passes: dict[int, list[dict]] = {}
+    for row in Store(db).server_stats(summary["run_id"]):
+        passes.setdefault(row["concurrency"], []).append(
+            level_counters(row["before"], row["after"]))
+    for lv in summary["levels"]:
+        for name, key in (("blockdev_reads_per_s", "read_iops"),
+                          ("disk_bytes_per_token", "disk_bytes_per_token")):
+            values = [p[key] for p in passes.get(lv["concurrency"], [])]
+            lv[name] = (fmean(values) if values and all(isinstance(v, float | int)
+                                                         for v in values) else None)
 
 
 def _merged(summaries: list[dict]) -> dict:
     levels = sorted((lv for s in summaries for lv in s["levels"]),
                     key=lambda lv: lv["concurrency"])
     return {"levels": levels, "mode": summaries[0]["mode"] if summaries else ""}
+
+
+def _reads(lv: dict) -> str:
+    per_s, per_token = lv.get("blockdev_reads_per_s"), lv.get("disk_bytes_per_token")
+    if per_s is None or per_token is None:
+        return "-"
+    return f"{per_s:,.0f} /s, {per_token / 1024:,.1f} KiB/tok"
 
 
 def _ci(lv: dict, name: str) -> str:
@@ -74,11 +106,12 @@ def _ci(lv: dict, name: str) -> str:
 
 def report(name: str, closed: dict, users: dict) -> None:
     print(f"\n## {name}")
-    print("| level | mean TPS [interval] | mean TTFT ms [interval] | in flight | duty | pass |")
-    print("|---|---|---|---|---|---|")
+    print("| level | mean TPS [interval] | mean TTFT ms [interval] | in flight | duty | disk reads "
+          "| pass |")
+    print("|---|---|---|---|---|---|---|")
     for lv in closed["levels"]:
         print(f"| C={lv['concurrency']} | {_ci(lv, 'tps')} | {_ci(lv, 'ttft')} | "
-              f"{lv['concurrency']} | - | {'yes' if lv['passes'] else 'no'} |")
+              f"{lv['concurrency']} | - | {_reads(lv)} | {'yes' if lv['passes'] else 'no'} |")
     for lv in users["levels"]:
         busy = ("-" if lv.get("in_flight_mean") is None
                 else f"{lv['in_flight_mean']:.1f} +- {lv['in_flight_sd']:.1f}")
@@ -87,7 +120,7 @@ def report(name: str, closed: dict, users: dict) -> None:
         if not lv["steady_state"]:
             verdict += f" (not steady: {lv['steady_state_note']})"
         print(f"| U={lv['concurrency']} | {_ci(lv, 'tps')} | {_ci(lv, 'ttft')} | {busy} | "
-              f"{lv['duty_cycle']:.2f} | {verdict} |")
+              f"{lv['duty_cycle']:.2f} | {_reads(lv)} | {verdict} |")
     max_c = max((lv["concurrency"] for lv in closed["levels"] if lv["passes"]), default=0)
     max_users = max((lv["concurrency"] for lv in users["levels"]
                      if lv["passes"] and lv["steady_state"]), default=0)
@@ -105,6 +138,12 @@ def main() -> None:
                         help="also the bundled server as DEVICE=spark (default: mock only)")
     parser.add_argument("--only", choices=[*MOCKS, "bundled", "dists"],
                         help="one part only (default: all)")
+    parser.add_argument("--serve-flags", default="",
+                        help="more flags for the bundled server, e.g. '--placement host' "
+                             "(default: none, as make bench DEVICE=spark)")
+    parser.add_argument("--bundled-levels", default="3,4,5,6:12,16,20,24", metavar="C:U",
+                        help="the bundled server's closed and users levels "
+                             "(default: 3,4,5,6:12,16,20,24)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "dists"):
@@ -122,7 +161,8 @@ def main() -> None:
             report(f"mock server, {name} ({' '.join(flags)})", c, u)
         if args.bundled or args.only == "bundled":
             c, u = interleaved_bundled(Path(tmp) / "spark.duckdb", args)
-            report("bundled server, --device spark (qwen-mini, table on NVMe, 128/128)", c, u)
+            report(f"bundled server, --device spark {args.serve_flags} (qwen-mini, 128/128)"
+                   .replace("  ", " "), c, u)
 
 
 def think_dists(db: Path, args: argparse.Namespace) -> None:
@@ -159,12 +199,13 @@ def interleaved_bundled(db: Path, args: argparse.Namespace) -> tuple[dict, dict]
     """The bundled server started once (`engram-bench serve --device spark`), then the same
     interleaving against it."""
     port = free_port()
+    closed, users = args.bundled_levels.split(":")
     server = subprocess.Popen([sys.executable, "-m", "engram_bench", "serve", "--device",
-                               "spark", "--port", str(port)], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               "spark", *shlex.split(args.serve_flags), "--port", str(port)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", 600)
-        return interleaved(f"http://127.0.0.1:{port}/v1", db, "3,4,5,6", "12,16,20,24",
+        return interleaved(f"http://127.0.0.1:{port}/v1", db, closed, users,
                            argparse.Namespace(**{**vars(args), "tokens": 128}),
                            ("--device", "spark"))
     finally:
