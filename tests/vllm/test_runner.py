@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from types import SimpleNamespace
 
 from engram_bench import cli
 from harness.results.store import Store
@@ -67,6 +68,28 @@ def test_a_failed_install_names_its_step_exits_2_and_stores_nothing(tmp_path, mo
                      f"{venv / 'install.log'})")
     assert not (venv / ".installed-stamp").exists()
     assert Store(db).runs() == []
+
+
+def test_too_little_disk_is_said_before_pip_runs(tmp_path, monkeypatch, capsys):
+    venv = tmp_path / "venv"
+    monkeypatch.setattr(setup, "VENV", venv)
+    monkeypatch.setattr(setup, "STAMP", venv / ".installed-stamp")
+    monkeypatch.setattr(setup.shutil, "disk_usage", lambda _: SimpleNamespace(free=2 * 10**9))
+    assert setup.main() == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"vllm setup: error: 2.0 GB free at {venv}; installing vLLM needs "
+                            "about ")
+    assert error.endswith("GB: free some space and rerun")
+    assert not (venv / "install.log").exists()  # nothing was started
+
+
+def test_the_cause_is_pips_error_line_not_a_traceback_line(tmp_path):
+    log = tmp_path / "install.log"
+    log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                   "ERROR: Could not install packages due to an OSError: [Errno 28] No space "
+                   "left on device\n\n  return self._prepare_linked_requirement(req)\n")
+    assert setup._cause(log) == ("ERROR: Could not install packages due to an OSError: "
+                                 "[Errno 28] No space left on device")
 
 
 def test_a_server_killed_outright_is_noticed_and_what_it_left_is_killed(tmp_path):
