@@ -53,7 +53,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-peers bench-explorer cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -130,6 +130,10 @@ bench-users: $(ALL)
 bench-users-study: $(ALL)
 	$(BIN)/python -m benchmarks.users_vs_closed $(if $(BUNDLED),--bundled)
 
+# engram-bench beside vllm bench serve, AIPerf and GuideLLM on one fake server, graded on its log.
+bench-peers: $(ALL)
+	$(BIN)/python -m benchmarks.peers
+
 # On a CUDA machine (TORCH=<a CUDA build>): placement equivalence and a short offload run.
 cuda-check: $(ALL)
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else \
@@ -156,4 +160,4 @@ export: $(CORE)
 	$(BIN)/engram-bench export $(if $(RUN),--run $(RUN)) --format $(FORMAT) --db $(DB)
 
 clean:
-	rm -rf $(VENV) .venv-vllm results/exports results/logs
+	rm -rf $(VENV) .venv-vllm .venv-peers results/exports results/logs

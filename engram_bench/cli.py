@@ -37,6 +37,7 @@ from harness.config import PROFILES as USER_PROFILES
 from harness.results import report
 from harness.results.goodput import Slo, parse_slo
 from harness.results.metrics import STATISTICS, Targets, capacity, point, stats_by_level
+from harness.results.peer_views import PEER_TOOLS, peer_view, with_chunk_times
 from harness.results.report import (
     CapacityCSVError,
     capacity_object,
@@ -300,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("run_id", nargs="?", default="latest",
                          help="a run id (default: latest, the newest run)")
     summary.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
+    summary.add_argument("--as", dest="as_tool", choices=PEER_TOOLS,
+                         help="the figures as that tool defines them (TPOT, ITL, throughputs), "
+                              "computed from the stored rows (default: engram-bench's own)")
     _add_target_flags(summary)
     _add_goodput_flags(summary)
 
@@ -621,7 +625,20 @@ def _paired_max_c(store: Store, run: dict, targets: Targets) -> tuple[str, int] 
 def cmd_summary(args: argparse.Namespace, console: Console) -> int:
     if not args.db.exists():
         raise UserError(f"{args.db} does not exist yet: start a run with `make bench`")
+    if args.as_tool:
+        return _show_as(Store(args.db), args.run_id, args.as_tool, args.json, console)
     return _show(Store(args.db), args.run_id, _targets(args), args.json, console)
+
+
+def _show_as(store: Store, run_id: str, tool: str, as_json: bool, console: Console) -> int:
+    run = store.run(run_id)
+    records = with_chunk_times(store.requests(run["run_id"]), store.chunk_times(run["run_id"]))
+    view = peer_view(records, tool)
+    if as_json:
+        print(json.dumps({"run_id": run["run_id"], **view}))
+    else:
+        report.print_peer_view(view, run["run_id"], console)
+    return 0
 
 
 def cmd_capacity(args: argparse.Namespace, console: Console) -> int:

@@ -5,7 +5,8 @@ deltas, keep-alive comments, a keep-alive request limit, and faults (HTTP 500/42
 mid-stream, malformed event, error event, stall, a JSON 200 instead of a stream, a close on
 receipt). It serves plain HTTP or TLS, on IPv4 or IPv6. It logs, per request, when it read
 the body and when it wrote the first and last token (`time.perf_counter`, the same monotonic
-clock as the harness), served at GET /mock/timings.
+clock as the harness), the tokens it sent, the prompt tokens it counted (word by word, or
+with `--tokenizer FILE`) and the sampling fields it was given, served at GET /mock/timings.
 
 Run it alone: `python -m harness.mock_server --port 8100 --ttft-ms 150 --itl-ms 8`.
 """
@@ -23,6 +24,7 @@ import re
 import ssl as ssl_module
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,7 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 @dataclass(slots=True, frozen=True)
 class MockConfig:
     model: str = "mock-model"
+    tokenizer: str = ""  # a tokenizer.json: prompt tokens counted with it, not word by word
     ttft_ms: float = 20.0
     ttft_jitter_ms: float = 0.0  # each request's TTFT adds a uniform draw from [0, this),
     # seeded by its X-Request-Id: the same request is as late on every run
@@ -79,9 +82,39 @@ class MockConfig:
             raise ValueError("tokens_per_chunk and fault_every must be at least 1")
 
 
+SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens",
+                   "ignore_eos", "min_tokens", "seed")
+
+
+def _message_text(content: object) -> str:
+    """A chat message's text: a string, or the text of its content parts (OpenAI's list form)."""
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
+
+
 def count_prompt_tokens(texts: list[str]) -> int:
     """A deterministic stand-in tokenizer: words and punctuation, plus template overhead."""
     return sum(len(_WORD.findall(t)) + 4 for t in texts) + 3
+
+
+def load_tokenizer(path: str) -> Callable[[list[str]], int]:
+    """A prompt counter from a tokenizer.json (the same template overhead as the stand-in),
+    so the load a client sends is counted as a tokenizer it was given counts it."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ValueError("--tokenizer needs the tokenizers package (pip install "
+                         "tokenizers)") from None
+    try:
+        tokenizer = Tokenizer.from_file(path)
+    except Exception as exc:  # tokenizers raises its own Exception for a bad file
+        raise ValueError(f"--tokenizer {path} is not a tokenizer.json: {exc}") from None
+
+    def count(texts: list[str]) -> int:
+        return sum(len(tokenizer.encode(t, add_special_tokens=False).ids) + 4
+                   for t in texts) + 3
+    return count
 
 
 @dataclass(slots=True)
@@ -91,6 +124,8 @@ class Timing:
     first_write: float | None = None
     last_write: float | None = None
     tokens: int = 0
+    prompt_tokens: int = 0  # as this server counted them (its `usage.prompt_tokens`)
+    sampling: dict[str, object] | None = None  # the sampling fields the request gave
     chunk_writes: list[tuple[float, int]] | None = None  # log_chunks: (time, tokens) each
 
 
@@ -110,6 +145,15 @@ class MockServer:
         self.prefixes: set[tuple[str, ...]] = set()  # messages of prompts seen (prefix_cache)
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
+        self._counters: dict[str, Callable[[list[str]], int]] = {}
+
+    def _count_prompt(self, texts: list[str]) -> int:
+        path = self.config.tokenizer
+        if not path:
+            return count_prompt_tokens(texts)
+        if path not in self._counters:
+            self._counters[path] = load_tokenizer(path)
+        return self._counters[path](texts)
 
     async def start(
         self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
@@ -256,17 +300,19 @@ class MockServer:
             return False
         chat = route.endswith("chat/completions")
         texts = (
-            [str(m.get("content", "")) for m in req.get("messages", [])]
+            [_message_text(m.get("content", "")) for m in req.get("messages", [])]
             if chat else [str(req.get("prompt", ""))]
         )
-        prompt_tokens = count_prompt_tokens(texts)
-        n_tokens = cfg.output_tokens or int(req.get("max_tokens") or 16)
+        prompt_tokens = self._count_prompt(texts)
+        n_tokens = cfg.output_tokens or int(req.get("max_completion_tokens")
+                                            or req.get("max_tokens") or 16)
         if cfg.context_tokens and prompt_tokens + n_tokens > cfg.context_tokens:
             return _send_json(writer, 400, _error(
                 f"{prompt_tokens} prompt + {n_tokens} output tokens exceed the "
                 f"{cfg.context_tokens}-token context", "invalid_request_error"))
         cached = self._cached_tokens(chat, texts) if cfg.prefix_cache else None
-        timing = Timing(headers.get("x-request-id", ""), body_read)
+        timing = Timing(headers.get("x-request-id", ""), body_read, prompt_tokens=prompt_tokens,
+                        sampling={k: req[k] for k in SAMPLING_FIELDS if k in req})
         self.timings.append(timing)
         if not req.get("stream") or fault == "not_sse":
             await asyncio.sleep((cfg.ttft_ms + cfg.itl_ms * (n_tokens - 1)) / 1000)
@@ -504,6 +550,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.add_argument(flag, type=type(f.default), default=f.default)
     args = parser.parse_args(argv)
     config = MockConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MockConfig)})
+    if config.tokenizer:
+        try:
+            load_tokenizer(config.tokenizer)
+        except ValueError as exc:
+            parser.exit(2, f"{exc}\n")
     async def serve() -> None:
         server = MockServer(config)
         port = await server.start(args.host, args.port)

@@ -658,6 +658,24 @@ def capacity_object(runs: dict[str, list[dict]], targets: Targets) -> dict:
     return out
 
 
+def print_peer_view(view: dict, run_id: str, console: Console) -> None:
+    """`summary --as TOOL`: the tool's figures per level, with how each is computed."""
+    table = Table(title=f"run {run_id} as {view['tool']} defines its figures (from the "
+                  "stored rows)", title_justify="left")
+    table.add_column("figure")
+    table.add_column("unit")
+    for lv in view["levels"]:
+        table.add_column(f"R={lv['rate']:g}" if lv["rate"] is not None
+                         else f"C={lv['concurrency']}", justify="right")
+    table.add_column("how")
+    for name, definition in view["definitions"].items():
+        table.add_row(name, view["units"][name],
+                      *(_fmt(lv["figures"][name], 2) for lv in view["levels"]), definition)
+    console.print(table, width=max(console.width, 132))
+    for name, why in view["missing"].items():
+        console.print(f"{name}: - {why}")
+
+
 def print_capacity(result: dict, console: Console) -> None:
     table = Table(title="capacity", title_justify="left")
     for name in ("run", "levels passing", "Max C", "chat users", "agentic users"):

@@ -55,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--request-log", type=Path, metavar="FILE",
                    help="append one JSON line per finished request: received, admitted, first "
                         "and last token written, finished (time.monotonic() seconds, the clock "
-                        "of perf_counter), token counts, status, the client's X-Request-Id "
-                        "(default: no log)")
+                        "of perf_counter), token counts, status, the sampling fields received, "
+                        "the client's X-Request-Id (default: no log)")
     p.add_argument("--threads", type=int,
                    help="CPU compute threads (default: all cores but one, which is left to the "
                         "HTTP loop, the table gathers and a load generator on the same host)")

@@ -182,7 +182,11 @@ class Serving:
                 "last_token": t.last_token, "finished": t.finished,
                 "prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
                 "cached_tokens": seq.cached_tokens, "status": call.status,
-                "finish_reason": call.finish_reason})
+                "finish_reason": call.finish_reason,
+                "sampling": {"temperature": call.req.temperature, "top_p": call.req.top_p,
+                             "max_tokens": call.req.requested_tokens,
+                             "ignore_eos": call.req.ignore_eos, "min_tokens": call.req.min_tokens,
+                             "seed": call.req.seed}})
 
     async def stream(self, call: Call) -> AsyncIterator[bytes]:
         req, seq = call.req, call.seq
@@ -197,12 +201,16 @@ class Serving:
             return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
         try:
-            if chat:
-                yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
-                             "finish_reason": None})
+            # the role opens the stream with the first token, not before prefill, as vLLM's
+            # does: clients that stop TTFT at the first message with choices then read it right
+            role = chat
             try:
                 per_chunk = req.usage_per_chunk
                 async for piece in self.pieces(call):
+                    if role:
+                        role = False
+                        yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
+                                     "finish_reason": None})
                     chunk = self._chunk(event, chat, piece,
                                         self.usage(seq) if per_chunk else None)
                     self._written(call, piece)

@@ -15,6 +15,7 @@ from runners.engram.runtime import Runtime, ServerConfigError
 from tests.runners.fixtures import LiveServer, options, serve
 
 HISTOGRAM_NAMES = (TTFT, ITL, QUEUE, E2E)
+USER_MESSAGE = [{"role": "user", "content": "Tell me"}]
 
 
 def test_buckets_are_cumulative_and_inclusive_of_their_bound():
@@ -120,6 +121,8 @@ def test_a_streamed_request_is_timed_like_the_client_saw_it(logged):
     assert after[ITL]["count"] - before[ITL]["count"] == content_chunks - 1
     # one clock: the server's stamps fall inside the client's, in order
     assert record["x_request_id"] == "bench-7" and record["request_id"] == events[0]["id"]
+    assert record["sampling"] == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 8,
+                                  "ignore_eos": True, "min_tokens": 0, "seed": None}
     assert (sent <= record["received"] <= record["admitted"] <= record["first_token"] <= first
             <= done)
     assert record["first_token"] <= record["last_token"] <= record["finished"] <= done
@@ -173,6 +176,37 @@ def test_queue_time_is_the_wait_for_a_running_slot(tmp_path):
     # the second waited until the first had produced its tokens and let go of the slot
     assert by_id["second"]["admitted"] > by_id["first"]["first_token"]
     assert by_id["second"]["received"] < by_id["first"]["last_token"]
+
+
+def test_a_waiting_chat_stream_sends_nothing_until_its_first_token(tmp_path):
+    """As vLLM's: the role chunk comes with the first token, so a client that stops TTFT at
+    the first message with choices (vLLM's benchmark does) does not stop it while the request
+    still waits for a slot."""
+    log = tmp_path / "requests.jsonl"
+    with LiveServer(Runtime(options(tmp_path, max_running=1, request_log=log))) as live:
+        holder = threading.Thread(target=httpx.post, args=(live.url + "/v1/completions",),
+                                  kwargs={"timeout": 60, "headers": {"X-Request-Id": "holder"},
+                                          "json": {"model": "tiny", "prompt": "hold",
+                                                   "max_tokens": 60, "ignore_eos": True}})
+        holder.start()
+        deadline = time.monotonic() + 10
+        while not live.runtime.engine.running:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        body = {"model": "tiny", "messages": USER_MESSAGE, "max_tokens": 2, "stream": True,
+                "ignore_eos": True}
+        with httpx.Client(timeout=60) as http, http.stream(
+                "POST", live.url + "/v1/chat/completions", json=body,
+                headers={"X-Request-Id": "waiter"}) as resp:
+            first_choices = None
+            for line in resp.iter_lines():
+                if (first_choices is None and line.startswith("data: {")
+                        and json.loads(line[6:])["choices"]):
+                    first_choices = time.monotonic()
+        holder.join(60)
+        by_id = {r["x_request_id"]: r for r in read_log(log, 2)}
+    assert by_id["waiter"]["received"] < by_id["holder"]["last_token"]  # it did wait
+    assert first_choices is not None and first_choices > by_id["waiter"]["admitted"]
 
 
 def test_an_unwritable_request_log_is_refused_in_one_sentence(tmp_path):
