@@ -290,6 +290,7 @@ _REQUEST_COLUMNS = (
     "chunk_gap_p50_ms, chunk_gap_p90_ms, chunk_gap_p99_ms, itl_mean_ms, itl_p50_ms, itl_p90_ms, "
     "itl_p99_ms, itl_bins, itl_counts"
 )
+_ROWS_PER_INSERT = 256  # rows per INSERT statement: a whole round, or a rate level in steps
 
 # Databases written by older versions: brought up to the schema above when first opened.
 # _CURRENT: (table, column, type) that only today's schema has.
@@ -548,11 +549,16 @@ class Store:
             return
         timed = [(run_id, r.request_id, r.chunk_offsets_ns, r.chunk_tokens)
                  for r in records if r.chunk_offsets_ns] if token_times else []
-        marks = ", ".join("?" for _ in rows[0])
+        row_marks = "(" + ", ".join("?" for _ in rows[0]) + ")"
         with self._connect() as con:
             con.execute("BEGIN")
-            con.executemany(
-                f"INSERT OR IGNORE INTO requests ({_REQUEST_COLUMNS}) VALUES ({marks})", rows)
+            # one statement per batch of rows: executemany runs one per row, ~6 ms each, which
+            # left the writer behind a C=32 run of short requests (and a stop waiting for it)
+            for i in range(0, len(rows), _ROWS_PER_INSERT):
+                batch = rows[i:i + _ROWS_PER_INSERT]
+                con.execute(f"INSERT OR IGNORE INTO requests ({_REQUEST_COLUMNS}) VALUES "
+                            + ", ".join(row_marks for _ in batch),
+                            [value for row in batch for value in row])
             if timed:
                 self._write_chunk_times(con, timed)
             con.execute("COMMIT")
