@@ -1,6 +1,9 @@
 """Prompt sources (`run --prompts`): what each request asks, unique and rebuilt alike on resume.
 
-- `words`: seeded common words behind the request key (any server; the historical default).
+- `words`: the request key, then one seeded bag of common words in an order of its own per
+  request (any server; the historical default). Every prompt holds the same words, so the server
+  counts the same tokens for each, give or take the key's digits (~0.3 %, where drawing the
+  words anew per request spread them ~4 %); the orders differ from the first word on.
 - `text`: a window of natural prose (common.corpus, or the user's own text file) cut at a
   per-request offset, so the n-grams a request sends, and the Engram rows they address, follow
   real text; no key is added, whose digits would be n-grams no other request shares. Windows
@@ -88,7 +91,9 @@ def spread(seed: int, ordinal: int, n: int) -> int:
 
 @dataclass(slots=True, frozen=True)
 class RandomWords:
-    """`words`: the request key, then seeded common words; `words` is set by calibration."""
+    """`words`: the request key, then the run's bag of common words shuffled by the key;
+    `words` is set by calibration. The bag is drawn from the seed alone, so calibration fits
+    the very words every request sends."""
 
     seed: int = 0
     words: int = 96
@@ -98,9 +103,10 @@ class RandomWords:
         return replace(self, words=words)
 
     def text(self, key: str, ordinal: int) -> str:
-        rng = random.Random(f"{self.seed}:{key}")
-        body = " ".join(rng.choice(_WORDS) for _ in range(max(self.words - 5, 1)))
-        return f"Request {key}. Continue this story: {body}"
+        draw = random.Random(f"{self.seed}:bag")
+        bag = [draw.choice(_WORDS) for _ in range(max(self.words - 5, 1))]
+        random.Random(f"{self.seed}:{key}").shuffle(bag)
+        return f"Request {key}. Continue this story: {' '.join(bag)}"
 
     def digest(self) -> str:
         return _digest(tuple(_WORDS))

@@ -46,9 +46,8 @@ from harness.wire.client import Clock, ConnectionPool, build_request, stream_com
 from harness.wire.endpoint import Endpoint
 from harness.wire.scraper import Scraper
 
-# prompts per calibration probe: a prompt of ~100 random words varies ~4 % in tokens, so 8
-# hold the probe's mean to ~1.4 % (with 4, a level of 8 requests missed +-5 % about 2 % of
-# the time in a simulation with this project's tokenizer; with 8, 0.3 %)
+# prompts per calibration probe: a window of ~100 words of prose varies ~3 % in tokens (with
+# this project's tokenizer; word prompts ~0.3 %), so 8 hold the probe's mean to ~1 %
 CALIBRATION_SAMPLES = 8
 
 
