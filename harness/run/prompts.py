@@ -109,7 +109,7 @@ class RandomWords:
         return f"Request {key}. Continue this story: {' '.join(bag)}"
 
     def digest(self) -> str:
-        return _digest(tuple(_WORDS))
+        return _digest(("bag", *_WORDS))  # "bag": runs begun with words drawn per request differ
 
     def describe(self) -> str:
         return "random common words"
