@@ -20,7 +20,7 @@ drift hits all alike):
 - `harness+tokens`: the harness with `--token-times` (every chunk's arrival kept and stored):
   its bias and CPU per chunk beside the `harness` row's are what token times cost;
 - `harness-starved`: the harness pinned to one core beside two busy-looping processes (at
-  nice -10 where the benchmark runs as root, so the scheduler favours them as it would a
+  nice -15 where the benchmark runs as root, so the scheduler favours them as it would a
   busier job), so its timing loop waits for the CPU: its self-check must call every level
   client-bound (the
   `client` column: loop lag p99, CPU share of a core and share of the time waiting for a CPU,
@@ -92,7 +92,7 @@ BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
 ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users", "harness+tokens",
         "harness-starved", "bar-thread", "httpx", "aiohttp")
 HOGS = 2  # busy processes beside the starved arm, on its core
-HOG_NICE = -10  # ... run at this priority where the benchmark may set it (as root)
+HOG_NICE = -15  # ... run at this priority where the benchmark may set it (as root)
 # the targets are the harness's; the rest is context
 HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users")
 # rate mode: p99 send lag (actual - scheduled) at this many requests/s; other rates are context
