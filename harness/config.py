@@ -67,6 +67,15 @@ THINK_DISTS = ("exponential", "constant", "lognormal")
 LOGNORMAL_SIGMA = 0.8  # spread of log-normal thinks: a coefficient of variation of ~0.95
 
 
+def think_cv(dist: str) -> float:
+    """A think's coefficient of variation (sd / mean) around its mean Z, by distribution."""
+    if dist == "constant":
+        return 0.0
+    if dist == "lognormal":
+        return math.sqrt(math.exp(LOGNORMAL_SIGMA ** 2) - 1)
+    return 1.0  # exponential
+
+
 @dataclass(slots=True, frozen=True)
 class ThinkModel:
     """How a users level thinks: its mean think Z from a duty cycle (Z = (1 - d) / d times the

@@ -13,7 +13,7 @@ from typing import TypeVar, cast
 from rich.console import Console
 from rich.table import Table
 
-from harness.config import PROFILE_DUTY, RunConfig, StoredRun
+from harness.config import PROFILE_DUTY, RunConfig, StoredRun, think_cv
 from harness.records import RequestRecord
 from harness.results import confidence, users
 from harness.results.client_check import ClientCheck
@@ -167,7 +167,9 @@ def _users(run: dict, levels: list[LevelRow], records: Sequence[RequestRecord],
     target = (users.target_duty(profile, duty_target, config.think_s) if config
               else PROFILE_DUTY.get(profile))
     ttft, tps = intervals  # level_intervals: mean TTFT and TPS per level
-    checks = users.level_checks(records, target, targets, tps, ttft)
+    checks = users.level_checks(records, target,
+                                think_cv(config.think_dist if config else "exponential"),
+                                targets, tps, ttft)
     for row in levels:
         c = row["concurrency"]
         check = checks.get(c)
