@@ -127,6 +127,7 @@ def test_search_finds_the_highest_passing_user_count(tmp_path, mock_process):
     summary = json.loads(out.stdout)
     verdicts = {lv["concurrency"]: lv["passes"] for lv in summary["levels"]}
     best = summary["max_users"]
+    assert best in verdicts, summary["levels"]  # no level passed in steady state: say which
     assert verdicts[best] and not verdicts[best + 1]  # below 16 users: to the integer
     assert "Max users found by --search" not in out.stderr
     text = run_cli("summary", summary["run_id"], "--db", db, *TARGET)
