@@ -47,10 +47,8 @@ class SteadyState:
     """What says a users level ran in steady state; `flag` names why not (None: it did)."""
 
     duty_cycle: float | None
-    duty_se: float | None  # the duty cycle's standard error over the level's requests
     think_mean_ms: float | None  # the thinks its users drew (their mean)
     law_error_pct: float | None  # U / (X (R + Z)) - 1, in %
-    law_se_pct: float | None
     flag: str | None
     in_flight_mean: float | None = None  # requests in flight over the window, time-weighted
     in_flight_sd: float | None = None  # ... and their spread: how bursty the users were
@@ -68,18 +66,16 @@ def steady_state(records: Sequence[RequestRecord], users: int,
     checks = [_steady_pass(rs, users, target_duty, think_cv)
               for _, rs in sorted(by_repeat.items())]
     if not checks:
-        return SteadyState(None, None, None, None, None, "no request was stored")
+        return SteadyState(None, None, None, "no request was stored")
     think = [r.think_ms for r in records if r.think_ms is not None]
     laws = [c for c in checks if c.law_error_pct is not None]
     worst = max(laws, key=lambda c: abs(c.law_error_pct or 0.0), default=None)
     spread = [(c.in_flight_mean, c.in_flight_sd) for c in checks
               if c.in_flight_mean is not None and c.in_flight_sd is not None]
-    ses = [c.duty_se for c in checks if c.duty_se is not None]
     return SteadyState(
         duty_cycle(records),
-        math.sqrt(sum(se ** 2 for se in ses)) / len(ses) if ses else None,
         sum(think) / len(think) if think else None,
-        worst.law_error_pct if worst else None, worst.law_se_pct if worst else None,
+        worst.law_error_pct if worst else None,
         next((c.flag for c in checks if c.flag), None),
         sum(m for m, _ in spread) / len(spread) if spread else None,
         math.sqrt(sum(sd ** 2 for _, sd in spread) / len(spread)) if spread else None)
@@ -105,7 +101,7 @@ def _steady_pass(records: Sequence[RequestRecord], users: int,
                   if r.latency_ms is not None and r.think_ms is not None)
     duty = duty_cycle(records)
     if len(done) < 2 * max(users, 1) or done[-1][0] <= done[0][0]:
-        return SteadyState(duty, None, None, None, None,
+        return SteadyState(duty, None, None,
                            "too short to check: fewer than two requests per user stored "
                            "(raise --rounds)")
     start, end = done[0][0], done[-1][0]
@@ -118,9 +114,10 @@ def _steady_pass(records: Sequence[RequestRecord], users: int,
     cycle = [sum(rs + zs for _, rs, zs in b) for b in blocks]
     duty_w = sum(busy) / sum(cycle)
     duty_se = _ratio_se(busy, cycle)
-    if duty_se is not None:  # never below what the thinks' draws leave unknown at the target
-        d0 = duty_w if target_duty is None else target_duty
-        duty_se = max(duty_se, d0 * (1 - d0) * think_cv / math.sqrt(len(window)))
+    if duty_se is not None and target_duty is not None:
+        # never below what the thinks' own draws leave unknown in a level at the target
+        draws_se = target_duty * (1 - target_duty) * think_cv / math.sqrt(len(window))
+        duty_se = max(duty_se, draws_se)
     # U / (X m) = U * length / sum(cycles) per block: users' time over the time they used
     law = (users * (end - start) / sum(cycle) - 1) * 100
     law_se = _ratio_se([users * length] * BLOCKS, cycle, users * (end - start) / sum(cycle))
@@ -134,7 +131,7 @@ def _steady_pass(records: Sequence[RequestRecord], users: int,
             abs(duty_w - target_duty) > NOISE_Z * duty_se + DUTY_SLACK):
         flag = (f"duty cycle {duty_w:.2f} against {target_duty:.2f}, more than {NOISE_Z:g} x "
                 f"its noise ({duty_se:.3f})")
-    return SteadyState(duty, duty_se, None, law, law_se, flag, busy_mean, busy_sd)
+    return SteadyState(duty, None, law, flag, busy_mean, busy_sd)
 
 
 def _ratio_se(numerators: Sequence[float], denominators: Sequence[float],
