@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from harness.config import StoredRun, think_cv
+from harness.config import StoredRun
 from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.goodput import Slo
@@ -487,9 +487,7 @@ def users_checks(path: Path, run_id: str, targets: Targets) -> pd.DataFrame:
     if config is None or not records:
         return pd.DataFrame(columns=USERS_CHECK_COLUMNS)
     ttft, tps = level_intervals(records)
-    checks = users.level_checks(records, users.target_duty(config.profile, config.duty_cycle,
-                                                           config.think_s),
-                                think_cv(config.think_dist), targets, tps, ttft)
+    checks = users.level_checks(records, config, targets, tps, ttft)
     zs = store.user_levels(run_id)
     return pd.DataFrame([{"run_id": run_id, "concurrency": c,
                           "think_mean_ms": zs.get(c, check.steady.think_mean_ms),

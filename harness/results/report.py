@@ -13,7 +13,7 @@ from typing import TypeVar, cast
 from rich.console import Console
 from rich.table import Table
 
-from harness.config import PROFILE_DUTY, RunConfig, StoredRun, think_cv
+from harness.config import RunConfig, StoredRun
 from harness.records import RequestRecord
 from harness.results import confidence, users
 from harness.results.client_check import ClientCheck
@@ -164,12 +164,9 @@ def _users(run: dict, levels: list[LevelRow], records: Sequence[RequestRecord],
     config = StoredRun.from_json(run.get("config")).config
     profile = config.profile if config else ""
     duty_target = config.duty_cycle if config else None
-    target = (users.target_duty(profile, duty_target, config.think_s) if config
-              else PROFILE_DUTY.get(profile))
+    target = users.target_duty(config)
     ttft, tps = intervals  # level_intervals: mean TTFT and TPS per level
-    checks = users.level_checks(records, target,
-                                think_cv(config.think_dist if config else "exponential"),
-                                targets, tps, ttft)
+    checks = users.level_checks(records, config, targets, tps, ttft)
     for row in levels:
         c = row["concurrency"]
         check = checks.get(c)

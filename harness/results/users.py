@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.config import PROFILE_DUTY
+from harness.config import PROFILE_DUTY, RunConfig, think_cv
 from harness.records import RequestRecord
 from harness.results.confidence import Interval
 from harness.results.metrics import Targets, users
@@ -183,26 +183,30 @@ class LevelCheck:
     within_noise: bool
 
 
-def level_checks(records: Sequence[RequestRecord], target_duty: float | None, think_cv: float,
-                 targets: Targets, tps: Mapping[int, Interval], ttft: Mapping[int, Interval],
+def level_checks(records: Sequence[RequestRecord], config: RunConfig | None, targets: Targets,
+                 tps: Mapping[int, Interval], ttft: Mapping[int, Interval],
                  ) -> dict[int, LevelCheck]:
-    """Per users level (U = concurrency): `steady_state` and `within_noise`, given the levels'
-    mean TPS and TTFT intervals (harness.results.report.level_intervals)."""
+    """Per users level (U = concurrency): `steady_state` against the run's `target_duty` and
+    think distribution, and `within_noise`, given the levels' mean TPS and TTFT intervals
+    (harness.results.report.level_intervals)."""
+    duty = target_duty(config)
+    cv = think_cv(config.think_dist) if config else 0.0  # no config: no duty to check
     by_level: dict[int, list[RequestRecord]] = {}
     for r in records:
         if r.rate is None:
             by_level.setdefault(r.concurrency, []).append(r)
-    return {c: LevelCheck(steady_state(rs, c, target_duty, think_cv),
+    return {c: LevelCheck(steady_state(rs, c, duty, cv),
                           within_noise(tps.get(c), ttft.get(c), targets))
             for c, rs in sorted(by_level.items())}
 
 
-def target_duty(profile: str, duty_cycle: float | None, think_s: float | None) -> float | None:
+def target_duty(config: RunConfig | None) -> float | None:
     """The duty cycle a users run aims at: its --duty-cycle, else its profile's (None with a
-    fixed --think-time, whose duty is whatever the server gives)."""
-    if think_s is not None:
+    fixed --think-time, whose duty is whatever the server gives, or a run stored without its
+    config)."""
+    if config is None or config.think_s is not None:
         return None
-    return duty_cycle or PROFILE_DUTY.get(profile or "chat")
+    return config.duty_cycle or PROFILE_DUTY.get(config.profile or "chat")
 
 
 @dataclass(slots=True, frozen=True)
