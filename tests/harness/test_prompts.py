@@ -10,7 +10,6 @@ from harness.run.prompts import PromptFileError, RandomWords, load, pieces, spre
 from harness.run.session import CALIBRATION_SAMPLES
 from harness.run.sweep import Sweep, calibration_ordinal
 from harness.wire.endpoint import Endpoint
-from tests.conftest import ROOT
 
 KEY = "20261129-180121-2ecb-c1-r0-w0"
 
@@ -27,11 +26,13 @@ def test_word_prompts_of_one_size_send_the_same_words_each_in_its_own_order():
     """So a tokenizer counts every prompt alike (the key aside), wherever its merges fall."""
     from tokenizers import Tokenizer
 
+    from runners.engram.tokenizer import TOKENIZER_PATH
+
     f = RandomWords(seed=3, words=100)
     bodies = [f.text(f"{KEY[:-2]}w{i}", i).split(": ", 1)[1].split() for i in range(200)]
     assert all(sorted(b) == sorted(bodies[0]) for b in bodies)
     assert len({tuple(b[:6]) for b in bodies}) == len(bodies)  # orders part at once
-    tok = Tokenizer.from_file(str(ROOT / "runners" / "engram" / "data" / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(TOKENIZER_PATH))
     counts = [len(tok.encode(f.text(f"{KEY[:-2]}w{i}", i)).ids) for i in range(200)]
     assert max(counts) - min(counts) <= 2  # the key's last digits
 
