@@ -16,6 +16,7 @@ Each request of a run has a distinct ordinal (harness.run.sweep); a source turns
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -89,6 +90,13 @@ def spread(seed: int, ordinal: int, n: int) -> int:
     return (rng.randrange(n) + ordinal * stride) % n
 
 
+@functools.lru_cache(maxsize=16)
+def _bag(seed: int, words: int) -> tuple[str, ...]:
+    """The run's common words: drawn once per size, not per request."""
+    draw = random.Random(f"{seed}:bag")
+    return tuple(draw.choice(_WORDS) for _ in range(words))
+
+
 @dataclass(slots=True, frozen=True)
 class RandomWords:
     """`words`: the request key, then the run's bag of common words shuffled by the key;
@@ -103,8 +111,7 @@ class RandomWords:
         return replace(self, words=words)
 
     def text(self, key: str, ordinal: int) -> str:
-        draw = random.Random(f"{self.seed}:bag")
-        bag = [draw.choice(_WORDS) for _ in range(max(self.words - 5, 1))]
+        bag = list(_bag(self.seed, max(self.words - 5, 1)))
         random.Random(f"{self.seed}:{key}").shuffle(bag)
         return f"Request {key}. Continue this story: {' '.join(bag)}"
 
