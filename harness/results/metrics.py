@@ -8,56 +8,98 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
+from harness.config import USERS_PER_MAX_C
 from harness.records import RequestRecord
+from harness.results.figure import Figure, Group, figure
 from harness.results.goodput import Slo, goodput
 from harness.results.quantiles import busy_seconds, mean, quantile
 from harness.results.send_lag import SendLag, send_lag
 from harness.results.token_timing import pooled_itl
 
 STATISTICS = ("mean", "p50", "p90", "p99")
+COUNT = "%d"  # the explorer's format of a count
 PROMPT_TOLERANCE = 0.05  # per-level prompt-token means must land within this of the target
 
 
 @dataclass(slots=True, frozen=True)
 class LevelStats:
-    """What one concurrency level measured, over its successful requests."""
+    """What one concurrency level measured, over its successful requests; each field declares
+    how it is named and where it is shown (harness.results.figure), in the order of the
+    summary's level rows."""
 
-    concurrency: int
-    requests: int
-    errors: int
-    short_outputs: int
-    mean_ttft_ms: float | None
-    p50_ttft_ms: float | None
-    p90_ttft_ms: float | None
-    p99_ttft_ms: float | None
-    mean_tps: float | None
-    p50_tps: float | None
-    p10_tps: float | None
-    p1_tps: float | None
-    mean_output_tokens: float | None
-    mean_prompt_tokens: float | None  # the server's usage.prompt_tokens: what was really sent
-    throughput_tps: float | None
-    mean_tpot_ms: float | None = None  # time per output token after the first (per request)
-    p50_tpot_ms: float | None = None
-    p90_tpot_ms: float | None = None
-    p99_tpot_ms: float | None = None
-    mean_itl_ms: float | None = None  # token-weighted, pooled over the level's token gaps
-    p50_itl_ms: float | None = None
-    p90_itl_ms: float | None = None
-    p99_itl_ms: float | None = None
-    mean_tokens_per_chunk: float | None = None
-    tokens_per_chunk_estimated: bool | None = None  # some stream carried no per-chunk usage
-    p50_e2e_ms: float | None = None  # the whole request, send to last byte
-    p90_e2e_ms: float | None = None
-    p99_e2e_ms: float | None = None
-    goodput_share: float | None = None  # with an SLO: the share of requests meeting all of it
-    goodput_rps: float | None = None  # ... and such requests per second of busy time
-    rate: float | None = None  # mode rate: requests/s (concurrency is then 0)
-    p50_send_lag_ms: float | None = None  # mode rate: actual - scheduled send time
-    p99_send_lag_ms: float | None = None
-    lag_warning: str | None = None  # the load generator, not the server, set the pace
+    concurrency: int = field(metadata=figure("C", header="C", format=COUNT))
+    requests: int = field(metadata=figure("requests", header="req", format=COUNT))
+    errors: int = field(metadata=figure("errors", header="err", format=COUNT))
+    short_outputs: int = field(metadata=figure("short outputs", header="short", format=COUNT))
+    mean_ttft_ms: float | None = field(metadata=figure("mean TTFT", "ms", "TTFT mean"))
+    p50_ttft_ms: float | None = field(metadata=figure("p50 TTFT", "ms", "p50"))
+    p90_ttft_ms: float | None = field(metadata=figure("p90 TTFT", "ms", "p90"))
+    p99_ttft_ms: float | None = field(metadata=figure("p99 TTFT", "ms", "p99"))
+    mean_tps: float | None = field(metadata=figure("mean TPS", "tok/s", "TPS mean"))
+    p50_tps: float | None = field(metadata=figure("TPS p50", "tok/s"))
+    p10_tps: float | None = field(metadata=figure("TPS p10", "tok/s", "TPS p10"))
+    p1_tps: float | None = field(metadata=figure("TPS p1", "tok/s"))
+    # the server's usage.prompt_tokens: what was really sent
+    mean_prompt_tokens: float | None = field(metadata=figure("prompt tokens", header="in tok"))
+    mean_output_tokens: float | None = field(metadata=figure("output tokens", header="out tok"))
+    throughput_tps: float | None = field(metadata=figure("throughput", "tok/s", "tok/s all"))
+    # time per output token after the first (per request)
+    mean_tpot_ms: float | None = field(
+        default=None, metadata=figure("mean TPOT", "ms/token", "TPOT mean", "%.2f"))
+    p50_tpot_ms: float | None = field(
+        default=None, metadata=figure("p50 TPOT", "ms/token", "p50", "%.2f"))
+    p90_tpot_ms: float | None = field(
+        default=None, metadata=figure("p90 TPOT", "ms/token", format="%.2f"))
+    p99_tpot_ms: float | None = field(
+        default=None, metadata=figure("p99 TPOT", "ms/token", "p99", "%.2f"))
+    # token-weighted, pooled over the level's token gaps
+    mean_itl_ms: float | None = field(
+        default=None, metadata=figure("mean ITL", "ms/token", "ITL mean", "%.2f"))
+    p50_itl_ms: float | None = field(
+        default=None, metadata=figure("p50 ITL", "ms/token", "p50", "%.2f"))
+    p90_itl_ms: float | None = field(
+        default=None, metadata=figure("p90 ITL", "ms/token", "p90", "%.2f"))
+    p99_itl_ms: float | None = field(
+        default=None, metadata=figure("p99 ITL", "ms/token", "p99", "%.2f"))
+    mean_tokens_per_chunk: float | None = field(
+        default=None, metadata=figure("tokens per chunk", header="tok/chunk", format="%.2f"))
+    # some stream carried no per-chunk usage
+    tokens_per_chunk_estimated: bool | None = field(
+        default=None, metadata=figure("tokens per chunk estimated", format=None))
+    # the whole request, send to last byte
+    p50_e2e_ms: float | None = field(default=None, metadata=figure("p50 E2E", "ms", "E2E p50"))
+    p90_e2e_ms: float | None = field(default=None, metadata=figure("p90 E2E", "ms", "p90"))
+    p99_e2e_ms: float | None = field(default=None, metadata=figure("p99 E2E", "ms", "p99"))
+    # with an SLO: the share of requests meeting all of it, and such requests per second of busy
+    # time; the results file knows no SLO, so its `levels` view has neither
+    goodput_share: float | None = field(default=None, metadata=figure(
+        "goodput (share meeting the SLO)", format="percent", group="slo", sql=False))
+    goodput_rps: float | None = field(default=None, metadata=figure(
+        "goodput", "req/s", format="%.2f", group="slo", sql=False))
+    # mode rate: requests/s (concurrency is then 0), and actual - scheduled send time
+    rate: float | None = field(
+        default=None, metadata=figure("rate", "req/s", "req/s", "%.2f", group="rate"))
+    p50_send_lag_ms: float | None = field(
+        default=None, metadata=figure("p50 send lag", "ms", "lag p50", "%.2f", group="rate"))
+    p99_send_lag_ms: float | None = field(
+        default=None, metadata=figure("p99 send lag", "ms", "lag p99", "%.2f", group="rate"))
+    # the load generator, not the server, set the pace: a sentence for the summary's warnings
+    lag_warning: str | None = field(default=None, metadata=figure(
+        "send lag warning", format=None, group="rate", sql=False, summary=False,
+        explorer=False))
+
+
+# Every LevelStats field's declaration, in field order.
+LEVEL_FIGURES: dict[str, Figure] = {f.name: f.metadata["figure"] for f in fields(LevelStats)}
+
+
+def figure_names(group: Group, where: str) -> tuple[str, ...]:
+    """The LevelStats fields of `group` that `where` ("sql", "summary" or "explorer") shows,
+    in field order."""
+    return tuple(name for name, fig in LEVEL_FIGURES.items()
+                 if fig.group == group and getattr(fig, where))
 
 
 def mean_prompt_tokens(records: Iterable[RequestRecord]) -> float | None:
@@ -172,8 +214,8 @@ class Targets:
     tps_min: float = 20.0
     ttft_max_ms: float = 1000.0
     statistic: str = "mean"
-    chat_factor: float = 4.0
-    agentic_factor: float = 1.5
+    chat_factor: float = USERS_PER_MAX_C["chat"]
+    agentic_factor: float = USERS_PER_MAX_C["agentic"]
     slo: Slo | None = None  # per-request objectives for goodput (none by default)
     min_goodput: float | None = None  # a level passes only if this share met `slo`
 
@@ -211,6 +253,9 @@ STATISTIC_FIELDS = {
     "p90": ("p90_ttft_ms", "p10_tps"),
     "p99": ("p99_ttft_ms", "p1_tps"),
 }
+# Every statistic capacity can judge, TTFT and TPS: each is in --json, whichever is judged.
+FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+                 "mean_tps", "p50_tps", "p10_tps", "p1_tps")
 
 
 def point(stats: LevelStats, statistic: str = "mean") -> LevelPoint:
@@ -259,6 +304,17 @@ def judge(p: LevelPoint, targets: Targets) -> LevelVerdict:
 def users(max_c: int, factor: float) -> int:
     """floor(Max C x factor); the epsilon keeps 2 x 1.5 from flooring to 2 in binary."""
     return math.floor(max_c * factor + 1e-9)
+
+
+# What a load mode's levels are keyed by where that is not a concurrency C: the one list of it
+# (harness.run.modes takes each mode's key from here), so readers of results branch on the key.
+LEVEL_KEYS = {"rate": "R", "users": "U"}
+
+
+def level_key(mode: str | None) -> str | None:
+    """C, U (users) or R (rate): what the levels of a run in `mode` are keyed by; None for a
+    run whose row names no mode (another tool wrote it)."""
+    return None if mode is None else LEVEL_KEYS.get(mode, "C")
 
 
 def level_names(users_levels: bool) -> tuple[str, str]:

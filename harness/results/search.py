@@ -14,11 +14,16 @@ exactly the number `metrics.capacity` reports. Bracket rule, consistent with `ca
 takes the highest passing level even above a failure (and warns): the lower end is the highest
 passing level, the upper end the lowest failing level above it. A failure below that pass does
 not stop the search; `plan` notes it and `capacity` warns about it.
+
+A users level that is not in steady state (harness.results.users) has no verdict: it is
+`unsettled`, left out of the bracket, and never probed again by the planner (the runner measures
+it once more first); a bisection whose midpoint is unsettled probes the nearest level that is
+not, and stops when none is left between the bracket's ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.results.metrics import LevelPoint, Targets, judge
@@ -41,6 +46,7 @@ class SearchPlan:
     # (neither exact nor lower_bound: stopped within the resolution, see `how`)
     lower_bound: bool  # every level up to the cap passed, so Max C >= max_c
     how: str  # one human sentence, e.g. "bisection: 4 passed, 8 failed; probed 6 (fail), 5 (pass)"
+    unsettled: tuple[int, ...] = ()  # measured, but not in steady state: no verdict
 
 
 def outcomes(points: Iterable[LevelPoint], targets: Targets | None = None) -> dict[int, bool]:
@@ -69,6 +75,7 @@ def _fmt(c: int, ok: bool) -> str:
 def _how(
     swept: Mapping[int, bool], probes: Sequence[tuple[int, bool]], known: dict[int, bool],
     max_c: int, cap: int, exact: bool, lower_bound: bool, resolved: int | None,
+    unsettled: Collection[int] = (),
 ) -> str:
     """Describe the search: where the sweep left it, the probes in order, and any oddity."""
     passing = [c for c, ok in swept.items() if ok]
@@ -100,7 +107,19 @@ def _how(
     if below:
         parts.append(f"C={','.join(map(str, below))} failed below the passing C={max_c} "
                      "(not monotonic)")
+    if unsettled:
+        parts.append(f"U={','.join(map(str, sorted(unsettled)))} not in steady state, so "
+                     "left out")
     return "; ".join(parts)
+
+
+def _nearest(target: int, low: int, high: int, unsettled: Collection[int]) -> int | None:
+    """The level in [low, high] nearest `target` (the lower on a tie) that is not unsettled."""
+    for step in range(max(target - low, high - target) + 1):
+        for c in (target - step, target + step):
+            if low <= c <= high and c not in unsettled:
+                return c
+    return None
 
 
 def plan(
@@ -108,8 +127,10 @@ def plan(
     probes: Sequence[tuple[int, bool]] = (),
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     resolution: float = 0.0,
+    unsettled: Collection[int] = (),
 ) -> SearchPlan:
-    """The next level to probe given the sweep's verdicts and the probes so far (in order).
+    """The next level to probe given the sweep's verdicts and the probes so far (in order),
+    and the levels measured without a verdict (`unsettled`, never in `swept` or `probes`).
 
     Bisects (midpoint, rounded down) between the highest passing level and the lowest failing
     level above it, until they are adjacent or (`resolution` > 0) at most
@@ -128,9 +149,11 @@ def plan(
     if failing_above:
         hi = min(failing_above)
         step = max(1, int(resolution * max_c))
-        nxt = (max_c + hi) // 2 if hi - max_c > step else None
+        nxt = (_nearest((max_c + hi) // 2, max_c + 1, hi - 1, unsettled)
+               if hi - max_c > step else None)
     else:  # nothing fails above the highest pass: double upwards, within the cap
-        nxt = min(2 * max_c, max_concurrency) if max_c < max_concurrency else None
+        nxt = (_nearest(min(2 * max_c, max_concurrency), max_c + 1, max_concurrency, unsettled)
+               if max_c < max_concurrency else None)
     exact = nxt is None and bool(failing_above) and min(failing_above) == max_c + 1
     resolved = min(failing_above) if nxt is None and failing_above and not exact else None
     lower_bound = nxt is None and not failing_above
@@ -140,7 +163,8 @@ def plan(
         exact=exact,
         lower_bound=lower_bound,
         how=_how(swept, probes, known, max_c, max_concurrency, exact, lower_bound,
-                 resolved),
+                 resolved, unsettled),
+        unsettled=tuple(sorted(unsettled)),
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from harness.results.metrics import STATISTIC_FIELDS
+
 
 class TargetsDict(TypedDict):
     """`metrics.Targets` as the summary states them."""
@@ -31,8 +33,10 @@ class IntervalDict(TypedDict):
 
 
 class LevelRow(TypedDict, total=False):
-    """One level: every figure of `metrics.LevelStats` the summary shows, and its verdict.
-    Rate levels add the rate and send lag; users levels the duty cycle; repeats intervals."""
+    """One level: every figure of `metrics.LevelStats` the summary shows (its keys and their
+    order come from LevelStats' declarations; a test fails when one is not typed here), and its
+    verdict. Rate levels add the rate and send lag; users levels the duty cycle; repeats
+    intervals."""
 
     concurrency: int
     requests: int
@@ -79,6 +83,7 @@ class LevelRow(TypedDict, total=False):
     p99_send_lag_ms: float | None
     duty_cycle: float | None  # users levels: measured share of the users' time with a request
     think_mean_ms: float | None  # users levels: the mean think Z (harness.run.think)
+    lead_in_cycles: float | None  # users levels: unstored requests per user before storing
     response_time_law_error_pct: float | None  # U / (X (R + Z)) - 1 over the stored window
     steady_state: bool | None  # users levels: duty and the law within their noise
     steady_state_note: str | None  # why not
@@ -145,16 +150,16 @@ class Summary(TypedDict, total=False):
 
     run_id: str
     status: str
-    device: str
-    engine: str
-    model: str
-    table_placement: str
-    label: str
-    mode: str
-    rounds: int
-    input_tokens: int
+    device: str | None  # the run's own columns, NULL in a row another tool wrote
+    engine: str | None
+    model: str | None
+    table_placement: str | None
+    label: str | None
+    mode: str | None
+    rounds: int | None
+    input_tokens: int | None
     measured_input_tokens: float | None
-    output_tokens: int
+    output_tokens: int | None
     targets: TargetsDict
     statistic: str
     judged: JudgedDict
@@ -172,3 +177,15 @@ class Summary(TypedDict, total=False):
     turns: list[TurnRow] | None
     token_times: bool  # `--token-times`: the run stored every chunk (chunk_times)
     warnings: list[str]
+
+
+def judged(statistic: str) -> JudgedDict:
+    """The two figures the named statistic judges."""
+    ttft, tps = STATISTIC_FIELDS[statistic]
+    return {"ttft": ttft, "tps": tps}
+
+
+def row_name(row: LevelRow) -> str:
+    """'C=4', or 'R=2' for a rate level: how the summary's lines name a level."""
+    rate = row.get("rate")
+    return f"R={rate:g}" if rate is not None else f"C={row['concurrency']}"

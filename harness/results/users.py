@@ -9,7 +9,8 @@ Thinks are drawn from a generator seeded by (seed, level, user, repeat).
 
 `steady_state` checks a level against its own sampling noise: the measured duty cycle against
 the target, and the response-time law U = X (R + Z) over the window in which every user was
-storing. A level off by more than `NOISE_Z` standard errors is flagged.
+storing. A level off by more than `NOISE_Z` standard errors is flagged, and so is one whose
+lead-in reached its cap before its users were paced at the target duty (harness.run.think).
 
 The published explorer estimates users as Max C x 4 (chat) and x 1.5 (agentic), i.e. Max C
 divided by the duty cycle; the summary sets the measured highest passing user count beside it.
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from harness.config import PROFILE_DUTY, RunConfig, think_cv
 from harness.records import RequestRecord
 from harness.results.confidence import Interval
-from harness.results.metrics import Targets, users
+from harness.results.metrics import Targets, level_key, users
+from harness.results.run_row import RunRow
 
 
 def duty_cycle(records: Iterable[RequestRecord]) -> float | None:
@@ -54,12 +56,34 @@ class SteadyState:
     in_flight_sd: float | None = None  # ... and their spread: how bursty the users were
 
 
-BLOCKS = 8  # the stored window is cut into this many time blocks for the batch-means noise
+BLOCKS = 8  # the stored window is cut into this many time blocks for the law's noise
+
+
+@dataclass(slots=True, frozen=True)
+class LeadIn:
+    """A users pass's unstored requests before its first stored one, and whether its users'
+    pacing had settled at the target duty by then (None: stored before this was checked)."""
+
+    requests: int | None
+    settled: bool | None
+    paced_duty: float | None  # the duty its last cycle of lead-ins was paced at
+
+    def cycles(self, users: int) -> float | None:
+        """Lead-in requests per user."""
+        return None if self.requests is None else self.requests / max(users, 1)
+
+
+def worst_lead_in(passes: Sequence[LeadIn]) -> LeadIn:
+    """One level's lead-in over its passes: the first that did not settle, else the longest."""
+    unsettled = [p for p in passes if p.settled is False]
+    return unsettled[0] if unsettled else max(passes, key=lambda p: p.requests or 0)
 
 
 def steady_state(records: Sequence[RequestRecord], users: int,
-                 target_duty: float | None, think_cv: float) -> SteadyState:
-    """Per pass (repeat) of a users level, the worst kept: `_steady_pass`."""
+                 target_duty: float | None, think_cv: float,
+                 lead_in: LeadIn | None = None) -> SteadyState:
+    """Per pass (repeat) of a users level, the worst kept: `_steady_pass`; a lead-in that
+    did not settle flags the level first."""
     by_repeat: dict[int, list[RequestRecord]] = {}
     for r in records:
         by_repeat.setdefault(r.repeat, []).append(r)
@@ -72,11 +96,16 @@ def steady_state(records: Sequence[RequestRecord], users: int,
     worst = max(laws, key=lambda c: abs(c.law_error_pct or 0.0), default=None)
     spread = [(c.in_flight_mean, c.in_flight_sd) for c in checks
               if c.in_flight_mean is not None and c.in_flight_sd is not None]
+    flag = next((c.flag for c in checks if c.flag), None)
+    if lead_in is not None and lead_in.settled is False and target_duty is not None:
+        paced = "" if lead_in.paced_duty is None else f" (paced at {lead_in.paced_duty:.2f})"
+        flag = (f"its users were not paced at duty {target_duty:.2f}{paced} after "
+                f"{lead_in.cycles(users):.1f} lead-in requests per user, the cap")
     return SteadyState(
         duty_cycle(records),
         sum(think) / len(think) if think else None,
         worst.law_error_pct if worst else None,
-        next((c.flag for c in checks if c.flag), None),
+        flag,
         sum(m for m, _ in spread) / len(spread) if spread else None,
         math.sqrt(sum(sd ** 2 for _, sd in spread) / len(spread)) if spread else None)
 
@@ -86,17 +115,19 @@ def _steady_pass(records: Sequence[RequestRecord], users: int,
     """One pass. Its stored window runs from the first stored send to the last, and every
     request sent in it is stored (lead-ins stop before it, load-keeping starts after it). Over
     it: the duty cycle busy / (busy + think); the response-time law's error U / (X (R + Z)) - 1
-    with X the requests sent per second, R and Z their means; the requests in flight. Their
-    noise is by batch means: the window is cut into BLOCKS equal times, and the standard error
-    is that of the blocks' ratio estimates (sqrt(sum (a_b - q t_b)^2 / (B (B - 1))) / mean t_b
-    for a ratio q = sum a / sum t), so load that swings over a few cycles widens it as it
-    should. The duty's is never taken below what the random thinks leave unknown over n of them
-    in a level steady at the target d, d (1 - d) cv / sqrt n (cv: the think distribution's,
-    harness.config.think_cv): with a few requests a block, batch means understate it (measured
-    on simulated steady levels of 2-32 users: 1.8-7 % flagged at 3 standard errors, where 0.3 %
-    should be; with the floor, 0-0.5 %). Flagged: a window of fewer than 2 x U requests (too
-    few rounds to check), a law error more than NOISE_Z standard errors from 0, or a duty more
-    than NOISE_Z standard errors (and DUTY_SLACK) from the target."""
+    with X the requests sent per second, R and Z their means; the requests in flight.
+
+    The duty's noise is what its n requests leave unknown in a level steady at the target d:
+    the thinks' random draws and the requests' own spread, d (1 - d) sqrt(cv_Z^2 + cv_R^2) /
+    sqrt n (cv_Z: the think distribution's, harness.config.think_cv; cv_R: the stored
+    latencies'). Nothing a level does can make it steadier than that, so a level paced off its
+    target by load that swings is flagged, not excused by its own swings (batch means over
+    the window's blocks would widen its noise as it swings). The law's noise is by batch means:
+    the window is cut into BLOCKS equal times, and the standard error is that of the blocks'
+    ratio estimates (sqrt(sum (a_b - q t_b)^2 / (B (B - 1))) / mean t_b for a ratio
+    q = sum a / sum t). Flagged: a window of fewer than 2 x U requests (too few rounds to
+    check), a law error more than NOISE_Z standard errors from 0, or a duty more than NOISE_Z
+    standard errors (and DUTY_SLACK) from the target."""
     done = sorted((r.sent_at, r.latency_ms / 1000, r.think_ms / 1000) for r in records
                   if r.latency_ms is not None and r.think_ms is not None)
     duty = duty_cycle(records)
@@ -110,14 +141,11 @@ def _steady_pass(records: Sequence[RequestRecord], users: int,
     blocks: list[list[tuple[float, float, float]]] = [[] for _ in range(BLOCKS)]
     for d in window:
         blocks[min(int((d[0] - start) / length), BLOCKS - 1)].append(d)
-    busy = [sum(rs for _, rs, _ in b) for b in blocks]
     cycle = [sum(rs + zs for _, rs, zs in b) for b in blocks]
-    duty_w = sum(busy) / sum(cycle)
-    duty_se = _ratio_se(busy, cycle)
-    if duty_se is not None and target_duty is not None:
-        # never below what the thinks' own draws leave unknown in a level at the target
-        draws_se = target_duty * (1 - target_duty) * think_cv / math.sqrt(len(window))
-        duty_se = max(duty_se, draws_se)
+    duty_w = sum(rs for _, rs, _ in window) / sum(cycle)
+    duty_se = None if target_duty is None else (
+        target_duty * (1 - target_duty) * math.hypot(think_cv, _cv([rs for _, rs, _ in window]))
+        / math.sqrt(len(window)))
     # U / (X m) = U * length / sum(cycles) per block: users' time over the time they used
     law = (users * (end - start) / sum(cycle) - 1) * 100
     law_se = _ratio_se([users * length] * BLOCKS, cycle, users * (end - start) / sum(cycle))
@@ -132,6 +160,15 @@ def _steady_pass(records: Sequence[RequestRecord], users: int,
         flag = (f"duty cycle {duty_w:.2f} against {target_duty:.2f}, more than {NOISE_Z:g} x "
                 f"its noise ({duty_se:.3f})")
     return SteadyState(duty, None, law, flag, busy_mean, busy_sd)
+
+
+def _cv(values: Sequence[float]) -> float:
+    """Coefficient of variation (sd / mean) of a sample (0 for fewer than two)."""
+    n = len(values)
+    mean = sum(values) / n if n else 0.0
+    if n < 2 or mean <= 0:
+        return 0.0
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) / mean
 
 
 def _ratio_se(numerators: Sequence[float], denominators: Sequence[float],
@@ -185,17 +222,17 @@ class LevelCheck:
 
 def level_checks(records: Sequence[RequestRecord], config: RunConfig | None, targets: Targets,
                  tps: Mapping[int, Interval], ttft: Mapping[int, Interval],
-                 ) -> dict[int, LevelCheck]:
+                 lead_ins: Mapping[int, LeadIn] | None = None) -> dict[int, LevelCheck]:
     """Per users level (U = concurrency): `steady_state` against the run's `target_duty` and
     think distribution, and `within_noise`, given the levels' mean TPS and TTFT intervals
-    (harness.results.report.level_intervals)."""
+    (harness.results.report.level_intervals), and each level's stored lead-in."""
     duty = target_duty(config)
     cv = think_cv(config.think_dist) if config else 0.0  # no config: no duty to check
     by_level: dict[int, list[RequestRecord]] = {}
     for r in records:
         if r.rate is None:
             by_level.setdefault(r.concurrency, []).append(r)
-    return {c: LevelCheck(steady_state(rs, c, duty, cv),
+    return {c: LevelCheck(steady_state(rs, c, duty, cv, (lead_ins or {}).get(c)),
                           within_noise(tps.get(c), ttft.get(c), targets))
             for c, rs in sorted(by_level.items())}
 
@@ -263,11 +300,11 @@ def estimate_factor(profile: str | None, duty_target: float | None,
     return None, ""
 
 
-def paired_closed_run(runs: Sequence[dict], users_run: dict) -> dict | None:
+def paired_closed_run(runs: Sequence[RunRow], users_run: RunRow) -> RunRow | None:
     """The newest complete closed or burst run of the same setup (device, engine, model,
     placement, prompt and output tokens) as a users run: where its Max C comes from."""
     keys = ("device", "engine", "model", "table_placement", "input_tokens", "output_tokens")
     matches = [r for r in runs
-               if r.get("mode") in ("closed", "burst") and r.get("status") == "complete"
-               and all(r.get(k) == users_run.get(k) for k in keys)]
-    return max(matches, key=lambda r: (r["started_at"], r["run_id"]), default=None)
+               if level_key(r.mode) == "C" and r.status == "complete"
+               and all(getattr(r, k) == getattr(users_run, k) for k in keys)]
+    return max(matches, key=lambda r: (r.started_at, r.run_id), default=None)

@@ -7,8 +7,9 @@ import pytest
 
 from harness.records import RequestRecord
 from harness.results.peer_views import NEEDS_CHUNK_TIMES, peer_view
+from harness.results.run_row import RunRow
 from harness.results.store import Store
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 MS = 1e6  # ns
 
@@ -86,8 +87,8 @@ def test_summary_as_each_tool_reads_a_stored_run(tmp_path):
     db = tmp_path / "peers.duckdb"
     store = Store(db)
     store.initialise()
-    store.create_run("hand", {"model": "m", "mode": "closed", "levels": [2], "rounds": 2,
-                              "output_tokens": 11})
+    store.create_run(RunRow(run_id="hand", model="m", mode="closed", levels=[2], rounds=2,
+                            output_tokens=11))
     store.write_requests("hand", _level())
     store.finish_run("hand", "complete")
     for tool, name in (("vllm", "Mean TPOT"), ("aiperf", "Inter Token Latency mean"),

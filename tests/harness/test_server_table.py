@@ -2,7 +2,7 @@
 
 import json
 
-from harness.results.report import describe_server_table, server_table
+from harness.results.server_table import describe_server_table, server_table
 from harness.run.progress import LevelProgress
 from harness.wire import target
 
@@ -38,7 +38,7 @@ def test_the_table_is_stored_with_the_run_and_printed(sweep, monkeypatch, capsys
 
     monkeypatch.setattr(target, "fetch_stats", stats)
     swept = sweep(levels=(1,), rounds=1, output_tokens=4, progress=LevelProgress())
-    stored = json.loads(swept.run["config"])
+    stored = json.loads(swept.run.config)
     assert stored["server"] == server_table(NVME)
     printed = " ".join(capsys.readouterr().err.split())  # rich wraps lines off a terminal
     assert describe_server_table(server_table(NVME)) in printed
@@ -46,4 +46,4 @@ def test_the_table_is_stored_with_the_run_and_printed(sweep, monkeypatch, capsys
 
 def test_a_server_without_table_stats_stores_none(sweep):
     swept = sweep(levels=(1,), rounds=1, output_tokens=4)
-    assert "server" not in json.loads(swept.run["config"])
+    assert "server" not in json.loads(swept.run.config)

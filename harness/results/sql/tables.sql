@@ -1,0 +1,139 @@
+-- The results file's tables (docs/reference/schema.md says what they hold). Run, then
+-- views.sql, each time a run opens the file and when an older one is upgraded
+-- (harness/results/schema.py), so each statement is safe to run again; a change to either is
+-- one more SCHEMA_VERSION there.
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER);  -- one row: SCHEMA_VERSION
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR PRIMARY KEY,
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    status VARCHAR,
+    device VARCHAR,
+    engine VARCHAR,
+    model VARCHAR,
+    table_placement VARCHAR,
+    target_url VARCHAR,
+    api VARCHAR,
+    mode VARCHAR,
+    levels INTEGER[],
+    rounds INTEGER,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    measured_input_tokens DOUBLE,  -- mean usage.prompt_tokens of the prompts sent
+    label VARCHAR,
+    config VARCHAR,
+    host VARCHAR,
+    version VARCHAR,
+    error VARCHAR
+);
+CREATE TABLE IF NOT EXISTS requests (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    round INTEGER,
+    worker INTEGER,
+    request_id VARCHAR,
+    sent_at TIMESTAMP,
+    ttft_ms DOUBLE,
+    latency_ms DOUBLE,
+    output_tokens INTEGER,
+    output_tokens_estimated BOOLEAN,
+    input_tokens INTEGER,
+    chunks INTEGER,
+    max_gap_ms DOUBLE,
+    finish_reason VARCHAR,
+    ok BOOLEAN,
+    error_kind VARCHAR,
+    error_message VARCHAR,
+    http_status INTEGER,
+    retried VARCHAR,  -- error kind of a first try that was silently re-sent, else NULL
+    rate DOUBLE,  -- mode rate: the level's requests/s (concurrency 0); NULL in other modes
+    scheduled_at TIMESTAMP,  -- mode rate: when the open-loop schedule said to send
+    repeat INTEGER,  -- `run --repeat N`: the pass over the sweep, 0-based; NULL (older runs) = 0
+    turn INTEGER,  -- `--turns N`: turn of the user's conversation, 1-based; NULL (older) = 1
+    cached_tokens INTEGER,  -- usage.prompt_tokens_details.cached_tokens; NULL: not reported
+    think_ms DOUBLE,  -- `--mode users`: think time after this request; NULL: none followed
+    -- inter-token figures (harness.results.token_timing): chunk gaps, one value per content
+    -- chunk, apart from the token-weighted ITL (a chunk of k tokens g after the one before is
+    -- k gaps of g / k); tokens per chunk from per-chunk usage unless flagged estimated
+    tokens_per_chunk DOUBLE,
+    tokens_per_chunk_estimated BOOLEAN,
+    chunk_gap_mean_ms DOUBLE,
+    chunk_gap_p50_ms DOUBLE,
+    chunk_gap_p90_ms DOUBLE,
+    chunk_gap_p99_ms DOUBLE,
+    itl_mean_ms DOUBLE,
+    itl_p50_ms DOUBLE,
+    itl_p90_ms DOUBLE,
+    itl_p99_ms DOUBLE,
+    itl_bins SMALLINT[],  -- the token gaps' histogram: bin b holds gaps of ~1.01^b us
+    itl_counts INTEGER[]  -- ... and how many token gaps each bin holds
+);
+-- one row per request: a batch the writer sends again after a crash adds nothing
+CREATE UNIQUE INDEX IF NOT EXISTS requests_unique_id ON requests (run_id, request_id);
+CREATE TABLE IF NOT EXISTS server_stats (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    before VARCHAR,
+    after VARCHAR,
+    recorded_at TIMESTAMP,
+    rate DOUBLE,
+    repeat INTEGER  -- `run --repeat N`: the pass over the level, 0-based; NULL (older runs) = 0
+);
+-- a target's Prometheus /metrics over each level (harness.results.server_metrics):
+-- counters "delta";
+-- gauges "mean", "max"; histograms "p50", "p90", "p99", "count", "mean" (seconds as exposed)
+CREATE TABLE IF NOT EXISTS server_metrics (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    name VARCHAR,
+    labels VARCHAR,  -- JSON object
+    kind VARCHAR,
+    stat VARCHAR,
+    value DOUBLE,
+    rate DOUBLE,
+    repeat INTEGER  -- as in server_stats
+);
+-- `run --token-times`: every content chunk of a request, its arrival after the request was
+-- sent and its tokens (NULL where the server streamed no per-chunk usage)
+CREATE TABLE IF NOT EXISTS chunk_times (
+    run_id VARCHAR,
+    request_id VARCHAR,
+    idx INTEGER,
+    t_ns BIGINT,
+    tokens INTEGER
+);
+-- each pass of a level: was the harness the limit? its timing loop's lag (how late a 20 ms
+-- timer fired), its CPU seconds per second, and the received bytes left unread in its sockets
+-- (harness.results.client_check)
+CREATE TABLE IF NOT EXISTS client_checks (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    rate DOUBLE,
+    repeat INTEGER,
+    loop_lag_p50_ms DOUBLE,
+    loop_lag_p99_ms DOUBLE,
+    loop_lag_max_ms DOUBLE,
+    cpu_share DOUBLE,
+    unread_bytes_max BIGINT,
+    client_bound BOOLEAN,
+    cpu_wait_share DOUBLE  -- the loop's thread runnable without a CPU, per wall second
+);
+-- users mode, per pass of a level: the mean think Z its stored thinks were drawn around
+-- (harness.run.think), how thinks spread around it, the unstored requests before them, and
+-- whether that lead-in settled: its last cycle paced within tolerance of the target duty
+CREATE TABLE IF NOT EXISTS user_levels (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    repeat INTEGER,
+    think_mean_ms DOUBLE,
+    think_dist VARCHAR,
+    lead_in_requests INTEGER,
+    lead_in_settled BOOLEAN,  -- NULL: stored before lead-ins were checked
+    lead_in_duty DOUBLE
+);
+-- levels that `run --search` added after the sweep, in the order they were probed
+CREATE TABLE IF NOT EXISTS probes (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    ordinal INTEGER
+);

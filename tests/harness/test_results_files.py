@@ -1,0 +1,119 @@
+"""What `--db` may name that is no results file of this version: a pipe, a SQLite file, a file
+a newer engram-bench wrote, or one deleted while a run writes it. Each gets one sentence, and
+opening none of them reaches the network."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+
+import duckdb
+import pytest
+
+from engram_bench.cli import main
+from explorer import data
+from harness.results.run_row import RunRow
+from harness.results.store import Store, StoreError
+from runners.lifecycle import free_port
+from tests.harness.fixtures import make_records
+from tests.helpers import run_cli
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    s = Store(tmp_path / "bench.duckdb")
+    s.initialise()
+    s.create_run(RunRow(run_id="run-a", model="m", levels=[1], rounds=1, output_tokens=128,
+                        config=json.dumps({})))
+    return s
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--url", "http://127.0.0.1:9/v1"], ["summary"], ["export"], ["explore"]])
+def test_a_pipe_as_the_results_file_is_refused_at_once(tmp_path, command):
+    fifo = tmp_path / "results.duckdb"
+    os.mkfifo(fifo)
+    extra = ["--port", str(free_port())] if command == ["explore"] else []
+    done = run_cli(*command, "--db", str(fifo), *extra, timeout=60)  # before: waited forever
+    assert done.returncode == 2, done.stderr
+    assert f"{fifo} is not a regular file" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def extension_repository(monkeypatch) -> list[bytes]:
+    """Every DuckDB connection the code opens fetches extensions from a server on 127.0.0.1
+    instead of DuckDB's (and keeps them in an empty folder): the requests it receives."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    requests: list[bytes] = []
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                requests.append(conn.recv(4096))
+
+    threading.Thread(target=answer, daemon=True).start()
+    folder = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"no-extensions-{port}")
+    connect = duckdb.connect
+
+    def connect_here(database: str = ":memory:", read_only: bool = False,
+                     config: dict | None = None) -> duckdb.DuckDBPyConnection:
+        return connect(database, read_only=read_only, config={
+            **(config or {}), "autoinstall_extension_repository": f"http://127.0.0.1:{port}",
+            "custom_extension_repository": f"http://127.0.0.1:{port}",
+            "extension_directory": folder})
+
+    monkeypatch.setattr(duckdb, "connect", connect_here)
+    yield requests
+    listener.close()
+
+
+def test_a_sqlite_file_is_refused_and_no_extension_is_fetched(tmp_path, store,
+                                                              extension_repository, capsys):
+    lite = tmp_path / "results.sqlite"
+    with sqlite3.connect(lite) as con:
+        con.execute("CREATE TABLE runs (run_id TEXT)")
+    with pytest.raises(StoreError, match="is not a DuckDB results file"):
+        Store(lite).runs()
+    assert main(["summary", "--db", str(lite)]) == 2
+    assert f"{lite} is not a DuckDB results file" in capsys.readouterr().err
+    assert "is not a DuckDB results file" in (data.unreadable(lite) or "")
+    # nor can a query on a results file's connection (a crafted view, say) load one
+    with store.read_only() as con, pytest.raises(duckdb.Error):
+        con.execute(f"SELECT * FROM sqlite_scan('{lite}', 'runs')").fetchall()
+    assert extension_repository == []
+
+
+def test_a_file_a_newer_version_wrote_is_refused_and_left_as_it_is(store, capsys):
+    with duckdb.connect(str(store.path)) as con:  # as a far newer engram-bench leaves it
+        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER); "
+                    "DELETE FROM schema_version; INSERT INTO schema_version VALUES (1000000); "
+                    "CREATE OR REPLACE VIEW turns AS SELECT 42 AS answer")
+    for use in (Store(store.path).runs, Store(store.path).initialise):
+        with pytest.raises(StoreError, match="written by a newer engram-bench"):
+            use()
+    assert main(["summary", "--db", str(store.path)]) == 2
+    assert "newer engram-bench" in capsys.readouterr().err
+    with duckdb.connect(str(store.path), read_only=True) as con:  # its views are its own
+        assert con.execute("SELECT answer FROM turns").fetchall() == [(42,)]
+
+
+def test_a_write_to_a_deleted_file_is_refused_and_the_file_held_open_is_put_back(store):
+    records = make_records(levels=(1,))
+    store.write_requests("run-a", records[:1])
+    with store.held_open():
+        store.path.unlink()
+        with pytest.raises(StoreError, match="was deleted or moved while in use"):
+            store.write_requests("run-a", records[1:])
+        assert not store.path.exists()  # no empty file in its place
+        assert store.put_back()
+    assert [r.request_id for r in Store(store.path).requests("run-a")] == [records[0].request_id]
+    store.write_requests("run-a", records[1:])  # the file is the results file again
+    assert len(Store(store.path).requests("run-a")) == len(records)
