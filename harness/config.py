@@ -1,4 +1,5 @@
-"""Run configuration: every knob of a sweep, validated once, stored with the run."""
+"""Run configuration: every knob of a sweep, validated once (the knobs of one load mode by
+that mode: harness.run.modes), stored with the run."""
 
 from __future__ import annotations
 
@@ -10,12 +11,30 @@ from typing import TypeVar
 
 _V = TypeVar("_V", int, float)
 
-MODES = ("closed", "burst", "rate", "users")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
 MAX_TEMPERATURE = 2.0  # OpenAI's range is 0..2
-MAX_SCHEDULED_REQUESTS = 1_000_000  # mode rate: a schedule is held in memory before it runs
+# Bounds on what one run may ask for. Each lies far past what a real run needs, so that only a
+# slip (three zeros too many) meets one, refused in one sentence before anything is sent rather
+# than filling memory or idling for years.
+MAX_RUN_REQUESTS = 1_000_000  # a run keeps every record it measured in memory until it ends (a
+# rate level's schedule, too, before it runs): ~1 GB at this count
+MAX_WARMUP_REQUESTS = 100_000  # a warm-up fills compile caches and first-touch pages in tens of
+# requests; this many take hours at any real server's rate
+MAX_REQUEST_TOKENS = 2**24  # ~16.8M, past the longest context a served model states (10M): a
+# word prompt that long is ~100 MB of text, and each takes seconds to build
+MAX_REPEAT = 1000  # a level's interval narrows as 1/sqrt(passes), and 20 already give one
+MAX_THINK_S = 3600.0  # a user silent for an hour has left: a new request is a new session
+MIN_DUTY_CYCLE = 0.001  # thinks ~1000x the level's mean request: an hour after 3.6 s requests
+MAX_DURATION_S = 86_400.0  # a rate level is stored only when it ends, so a stop loses it whole:
+# a day is the most worth risking on one level
+MAX_LABEL_CHARS = 1000  # a label names a run in tables and chart legends: a paragraph at most
+MAX_RUN_ID_CHARS = 128  # the tool's own ids have 20 characters, and every request id repeats it
 ARRIVALS = ("poisson", "constant")  # mode rate: harness.run.arrivals
-PROFILE_DUTY = {"chat": 0.25, "agentic": 2 / 3}  # published: x4 and x1.5 users per Max C
+# The published explorer's users per Max C of each profile (metrics.Targets' defaults). A user
+# in flight 1/factor of the time fills 1/factor of a slot, so each profile's duty cycle is one
+# over its factor
+USERS_PER_MAX_C = {"chat": 4.0, "agentic": 1.5}
+PROFILE_DUTY = {profile: 1 / factor for profile, factor in USERS_PER_MAX_C.items()}
 PROFILES = tuple(PROFILE_DUTY)
 
 
@@ -163,14 +182,13 @@ class RunConfig:
     token_times: bool = False  # store every chunk's arrival and tokens (chunk_times table)
 
     def __post_init__(self) -> None:
-        self._check_rate_mode()
-        self._check_users_mode()
-        if any(c < 1 for c in self.levels) or (not self.levels and self.mode != "rate"):
+        """The knobs every mode shares; each mode checks its own (harness.run.modes.check)."""
+        if self.turns < 1:
+            raise ConfigError(f"--turns must be at least 1, not {self.turns}")
+        if any(c < 1 for c in self.levels):
             raise ConfigError("levels must be positive integers")
         if self.rounds < 1:
             raise ConfigError(f"--rounds must be at least 1, not {self.rounds}")
-        if self.mode not in MODES:
-            raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.input_tokens < 8:
             raise ConfigError("--input-tokens must be at least 8")
         if self.output_tokens < 1:
@@ -188,79 +206,42 @@ class RunConfig:
         if self.levels and self.max_concurrency < max(self.levels):
             raise ConfigError(f"--max-concurrency {self.max_concurrency} is below the highest "
                               f"level, {max(self.levels)}")
-        if self.repeat < 1:
-            raise ConfigError(f"--repeat must be at least 1, not {self.repeat}")
-        if self.repeat > 1 and self.mode == "rate":
-            raise ConfigError("--repeat applies to --mode closed and burst: a rate level is "
-                              "repeated by running it for a longer --duration")
-        if self.warmup < 0:
-            raise ConfigError("--warmup must be 0 or more")
+        if not 1 <= self.repeat <= MAX_REPEAT:
+            raise ConfigError(f"--repeat must be from 1 to {MAX_REPEAT:,}, not {self.repeat:,}")
+        if not 0 <= self.warmup <= MAX_WARMUP_REQUESTS:
+            raise ConfigError(f"--warmup must be from 0 to {MAX_WARMUP_REQUESTS:,} requests, not "
+                              f"{self.warmup:,}")
         if not self.prompts:
             raise ConfigError("--prompts needs words, text or a file")
+        if len(self.label) > MAX_LABEL_CHARS:
+            raise ConfigError(f"--label must be at most {MAX_LABEL_CHARS:,} characters, not "
+                              f"{len(self.label):,}")
+        self._check_sizes()
 
-    def _check_rate_mode(self) -> None:
-        """Rates and concurrency levels are different load points: a run has one kind."""
-        if self.mode != "rate":
-            if self.rates:
-                raise ConfigError("--rates needs --mode rate")
-            return
-        if not self.rates:
-            raise ConfigError("--mode rate needs --rates, e.g. --rates 0.5,1,2,4")
-        if any(not 0 < r < math.inf for r in self.rates):
-            raise ConfigError("--rates must be numbers of requests/s above 0")
-        if not 0 < self.duration_s < math.inf:
-            raise ConfigError(f"--duration must be a positive number of seconds, "
-                              f"not {self.duration_s}")
-        if self.arrival not in ARRIVALS:
-            raise ConfigError(f"--arrival must be one of {', '.join(ARRIVALS)}, "
-                              f"not {self.arrival!r}")
-        scheduled = sum(rate * self.duration_s for rate in self.rates)
-        if scheduled > MAX_SCHEDULED_REQUESTS:
-            raise ConfigError(f"--rates x --duration schedule {scheduled:,.0f} requests, above "
-                              f"the {MAX_SCHEDULED_REQUESTS:,} one run may hold: lower the "
-                              "rates or the duration")
-        if self.levels:
-            raise ConfigError("--levels are concurrencies: --mode rate takes --rates instead")
-        if self.search:
-            raise ConfigError("--search looks for a concurrency: it does not apply to --mode rate")
-
-    def _check_users_mode(self) -> None:
-        """Users need one think rule; a conversation needs a user who waits for each answer."""
-        if self.turns < 1:
-            raise ConfigError(f"--turns must be at least 1, not {self.turns}")
-        if self.turns > 1 and self.mode == "rate":
-            raise ConfigError("--turns needs a user that waits for each answer: --mode closed, "
-                              "burst or users, not rate")
-        if self.duty_cycle is not None and not 0 < self.duty_cycle <= 1:
-            raise ConfigError(f"--duty-cycle must be in (0, 1], the share of a user's time "
-                              f"with a request running, not {self.duty_cycle:g}")
-        if self.think_s is not None and not 0 <= self.think_s < math.inf:
-            raise ConfigError(f"--think-time must be 0 or more seconds, not {self.think_s:g}")
-        chosen = [flag for flag, given in (("--profile", bool(self.profile)),
-                                           ("--duty-cycle", self.duty_cycle is not None),
-                                           ("--think-time", self.think_s is not None)) if given]
-        if self.think_dist not in THINK_DISTS:
-            raise ConfigError(f"--think-dist must be one of {', '.join(THINK_DISTS)}, "
-                              f"not {self.think_dist!r}")
-        if self.mode != "users":
-            if chosen or self.think_dist != "exponential":
-                raise ConfigError(f"{chosen[0] if chosen else '--think-dist'} needs --mode users")
-            return
-        if self.profile and self.profile not in PROFILES:
-            raise ConfigError(f"--profile must be one of {', '.join(PROFILES)}, "
-                              f"not {self.profile!r}")
-        if len(chosen) > 1:  # a profile's published factor would misname another duty
-            raise ConfigError(f"{' and '.join(chosen)} each set the think time: give one")
+    def _check_sizes(self) -> None:
+        """What no run should hold: more requests than fit in memory, or a request longer
+        than any server's context (which a server that states none cannot refuse)."""
+        planned = self.level_requests
+        if planned > MAX_RUN_REQUESTS:
+            search = (f" (and --search up to --max-concurrency {self.max_concurrency})"
+                      if self.search else "")
+            raise ConfigError(f"--rounds {self.rounds:,} x --repeat {self.repeat} over --levels "
+                              f"{','.join(map(str, self.levels))}{search} ask for {planned:,} "
+                              f"requests, above the {MAX_RUN_REQUESTS:,} one run may hold: "
+                              f"lower --rounds, --levels{', --max-concurrency' * self.search} "
+                              "or --repeat")
+        if (need := self.longest_request_tokens) > MAX_REQUEST_TOKENS:
+            turns = f" x --turns {self.turns_reached}" if self.turns_reached > 1 else ""
+            raise ConfigError(f"--input-tokens {self.input_tokens:,} + --output-tokens "
+                              f"{self.output_tokens:,}{turns} make requests of {need:,} tokens, "
+                              f"above the {MAX_REQUEST_TOKENS:,} one request may hold (past any "
+                              "served model's context)")
 
     @property
-    def think(self) -> ThinkModel | None:
-        """Mode users: the think rule (a --think-time, a --duty-cycle, else the profile's)."""
-        if self.mode != "users":
-            return None
-        if self.think_s is not None:
-            return ThinkModel(fixed_s=self.think_s, dist=self.think_dist)
-        return ThinkModel(duty_cycle=self.duty_cycle or PROFILE_DUTY[self.profile or "chat"],
-                          dist=self.think_dist)
+    def level_requests(self) -> int:
+        """Requests the levels store over every repeat, a search's highest probe counted in."""
+        probes = [self.max_concurrency] if self.search else []
+        return sum([*self.levels, *probes]) * self.rounds * self.repeat
 
     @property
     def turns_reached(self) -> int:
@@ -306,6 +287,15 @@ class RunConfig:
         kept["server_args"] = tuple(kept.get("server_args", ()))
         kept["rates"] = tuple(kept.get("rates", ()))
         return cls(**kept)
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id given back (--resume, summary, export) or chosen by a caller, bounded in
+    length: the id is repeated in every request's id and shown on each explorer page."""
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        raise ConfigError(f"a run id has at most {MAX_RUN_ID_CHARS} characters, not "
+                          f"{len(run_id):,}")
+    return run_id
 
 
 @dataclass(slots=True, frozen=True)

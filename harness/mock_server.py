@@ -6,7 +6,8 @@ mid-stream, malformed event, error event, stall, a JSON 200 instead of a stream,
 receipt). It serves plain HTTP or TLS, on IPv4 or IPv6. It logs, per request, when it read
 the body and when it wrote the first and last token (`time.perf_counter`, the same monotonic
 clock as the harness), the tokens it sent, the prompt tokens it counted (word by word, or
-with `--tokenizer FILE`) and the sampling fields it was given, served at GET /mock/timings.
+with `--tokenizer FILE`; on its event loop, or with `--count-off-loop` in a worker thread) and
+the sampling fields it was given, served at GET /mock/timings.
 
 Run it alone: `python -m harness.mock_server --port 8100 --ttft-ms 150 --itl-ms 8`.
 """
@@ -39,6 +40,8 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 class MockConfig:
     model: str = "mock-model"
     tokenizer: str = ""  # a tokenizer.json: prompt tokens counted with it, not word by word
+    count_off_loop: bool = False  # prompts counted in a worker thread (a tokenizer.json's
+    # count lets go of the GIL), so the event loop only reads requests and streams
     ttft_ms: float = 20.0
     ttft_jitter_ms: float = 0.0  # each request's TTFT adds a uniform draw from [0, this),
     # seeded by its X-Request-Id: the same request is as late on every run
@@ -112,8 +115,10 @@ def load_tokenizer(path: str) -> Callable[[list[str]], int]:
         raise ValueError(f"--tokenizer {path} is not a tokenizer.json: {exc}") from None
 
     def count(texts: list[str]) -> int:
-        return sum(len(tokenizer.encode(t, add_special_tokens=False).ids) + 4
-                   for t in texts) + 3
+        # encode_batch, not encode: it releases the GIL, so a count in a thread leaves the
+        # event loop free (`count_off_loop`)
+        return sum(len(e.ids) + 4
+                   for e in tokenizer.encode_batch(texts, add_special_tokens=False)) + 3
     return count
 
 
@@ -158,6 +163,8 @@ class MockServer:
     async def start(
         self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
     ) -> int:
+        if self.config.tokenizer:  # read before serving, as a real server reads its own
+            self._count_prompt([])
         self._server = await asyncio.start_server(self._serve_connection, host, port, ssl=ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -279,11 +286,7 @@ class MockServer:
                       body_read: float, writer: asyncio.StreamWriter) -> bool:
         cfg = self.config
         self.requests_seen += 1
-        fault = "none"
-        if cfg.fault != "none" and cfg.fault_match in headers.get("x-request-id", ""):
-            self.faults_seen += 1
-            if (self.faults_seen - 1) % cfg.fault_every == 0:
-                fault = cfg.fault
+        fault = self._pick_fault(headers)
         try:
             req = json.loads(body)
         except ValueError:
@@ -303,7 +306,8 @@ class MockServer:
             [_message_text(m.get("content", "")) for m in req.get("messages", [])]
             if chat else [str(req.get("prompt", ""))]
         )
-        prompt_tokens = self._count_prompt(texts)
+        prompt_tokens = (await asyncio.to_thread(self._count_prompt, texts)
+                         if cfg.count_off_loop else self._count_prompt(texts))
         n_tokens = cfg.output_tokens or int(req.get("max_completion_tokens")
                                             or req.get("max_tokens") or 16)
         if cfg.context_tokens and prompt_tokens + n_tokens > cfg.context_tokens:
@@ -319,6 +323,24 @@ class MockServer:
             timing.first_write = timing.last_write = time.perf_counter()
             timing.tokens = n_tokens
             return _send_json(writer, 200, _final_object(chat, cfg.model, n_tokens, prompt_tokens))
+        return await self._stream(writer, cfg, req, timing, fault, chat, n_tokens, cached)
+
+    def _pick_fault(self, headers: dict[str, str]) -> str:
+        """The fault this request gets: the configured one on every `fault_every`-th request
+        whose id holds `fault_match`, else none."""
+        cfg = self.config
+        if cfg.fault == "none" or cfg.fault_match not in headers.get("x-request-id", ""):
+            return "none"
+        self.faults_seen += 1
+        return cfg.fault if (self.faults_seen - 1) % cfg.fault_every == 0 else "none"
+
+    async def _stream(self, writer: asyncio.StreamWriter, cfg: MockConfig, req: dict,
+                      timing: Timing, fault: str, chat: bool, n_tokens: int,
+                      cached: int | None) -> bool:
+        """The answer as an SSE stream: chunks paced from the request's body read by the TTFT
+        and ITL (shared by the requests in flight where set), the configured fault injected
+        after its chunk, then the finish, usage and [DONE] events."""
+        body_read, prompt_tokens = timing.body_read, timing.prompt_tokens
         options = req.get("stream_options") or {}
         include_usage = cfg.usage and options.get("include_usage")
         chunk_usage = cfg.usage and cfg.chunk_usage and options.get("continuous_usage_stats")
@@ -550,14 +572,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.add_argument(flag, type=type(f.default), default=f.default)
     args = parser.parse_args(argv)
     config = MockConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MockConfig)})
-    if config.tokenizer:
-        try:
-            load_tokenizer(config.tokenizer)
-        except ValueError as exc:
-            parser.exit(2, f"{exc}\n")
+
     async def serve() -> None:
         server = MockServer(config)
-        port = await server.start(args.host, args.port)
+        try:
+            port = await server.start(args.host, args.port)
+        except ValueError as exc:  # a bad --tokenizer: read as the server starts
+            parser.exit(2, f"{exc}\n")
         print(f"mock server listening on http://{args.host}:{port}/v1", flush=True)
         await asyncio.Event().wait()
 

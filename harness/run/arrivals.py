@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import random
 
-from harness.config import ARRIVALS
+from harness.config import ARRIVALS, ConfigError, RunConfig
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -48,3 +48,13 @@ def schedule(
     while (t := t + rng.expovariate(rate)) < duration:
         offsets.append(t)
     return offsets
+
+
+def check_rate_levels(config: RunConfig) -> None:
+    """Refuse, before anything is sent, a rate level whose schedule holds no request (a rate
+    too low for its --duration, or an unlucky first gap): it would measure nothing."""
+    for rate in config.rates:
+        if not schedule(rate, config.duration_s, config.arrival, config.seed):
+            raise ConfigError(f"--rates {rate:g} schedules no request within --duration "
+                              f"{config.duration_s:g} s ({config.arrival} arrivals, --seed "
+                              f"{config.seed}): raise the rate or the duration")

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 
+from common.console import output_console
+
 if TYPE_CHECKING:
     from harness.records import RequestRecord
     from harness.results.metrics import LevelStats
@@ -37,7 +39,7 @@ _ACK_S = 5.0  # the renderer's final frame of a level
 class LevelProgress:
     def __init__(self, enabled: bool = True, file: TextIO | None = None) -> None:
         """`file`: where the bar and messages go (default stderr); the bar only on a terminal."""
-        self.console = Console(stderr=True) if file is None else Console(file=file)
+        self.console = output_console(stderr=file is None, file=file)
         self.enabled = enabled
         self.live = enabled and self.console.is_terminal
         self._file = file
@@ -60,6 +62,11 @@ class LevelProgress:
     def message(self, text: str) -> None:
         if self.enabled:
             self.console.print(text, highlight=False)
+
+    def notice(self, text: str) -> None:
+        """Something that befell the run itself (its results writer restarted), which no
+        stored figure tells: shown with the progress off too."""
+        self.console.print(text, highlight=False)
 
     def start_level(self, concurrency: int, total: int) -> None:
         self._ttft_sum = self._tps_sum = 0.0

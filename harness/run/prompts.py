@@ -22,6 +22,7 @@ import json
 import math
 import random
 import re
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -202,12 +203,23 @@ MAX_FILE_BYTES = 256 * 2**20  # a prompt source past this is refused, not read i
 
 
 def _read(path: Path) -> str:
+    """The file's text, read no further than MAX_FILE_BYTES. A pipe or a device is refused
+    unopened: opening a pipe waits for a writer, a device may never end, and neither reads
+    the same again when `--resume` rebuilds the run's prompts."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise PromptFileError(f"prompts file {path} is not a regular file (a pipe or a "
+                                  "device cannot be read alike again by --resume): save its "
+                                  "prompts to a file and give that")
+        size = st.st_size
+        if size <= MAX_FILE_BYTES:
+            with path.open("rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)  # a file growing meanwhile is cut off here
+            size = len(data)
         if size > MAX_FILE_BYTES:
             raise PromptFileError(f"prompts file {path} holds {size / 2**20:.0f} MiB, above the "
                                   f"{MAX_FILE_BYTES // 2**20} MiB a prompt source may have")
-        data = path.read_bytes()
     except FileNotFoundError:
         raise PromptFileError(f"prompts file {path} does not exist") from None
     except OSError as exc:
@@ -226,11 +238,19 @@ def _jsonl_prompts(name: str, content: str) -> tuple[str, ...]:
             continue
         try:
             obj = json.loads(line)
+        except RecursionError:
+            raise PromptFileError(f"{name} line {number} is JSON nested too deeply to "
+                                  "read") from None
         except ValueError:
             raise PromptFileError(f"{name} line {number} is not JSON") from None
         prompt = first_user_prompt(obj)
         if not prompt:
             raise PromptFileError(f"{name} line {number} {_NO_PROMPT}")
+        try:
+            prompt.encode()
+        except UnicodeEncodeError:  # JSON may escape half a surrogate pair ("\ud800")
+            raise PromptFileError(f"{name} line {number} holds half a surrogate pair (an "
+                                  "unpaired \\ud800 to \\udfff), which is no text") from None
         prompts.append(prompt)
     if not prompts:
         raise PromptFileError(f"prompts file {name} is empty")

@@ -9,17 +9,18 @@ then level 2), so drift over the run lands inside every level's spread.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
+import math
 import os
 import platform
 import secrets
+import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from harness import __version__
-from harness.config import ConfigError, RunConfig, StoredRun
+from harness.config import ConfigError, RunConfig, StoredRun, check_run_id
 from harness.records import RequestRecord
 from harness.results import spill
 from harness.results.client_check import describe as describe_client
@@ -32,13 +33,17 @@ from harness.results.metrics import (
     mean_prompt_tokens,
     prompt_warning,
 )
-from harness.results.report import describe_server_table, search_plan, server_table
+from harness.results.report import search_plan
+from harness.results.run_row import RunRow
+from harness.results.server_table import describe_server_table, server_table
 from harness.results.store import Store, StoreError
+from harness.run import aio, modes
 from harness.run.limits import ensure_open_files
 from harness.run.loop_monitor import LoopMonitor
+from harness.run.modes.base import Ledger, Level, LevelOutcome, LoadMode, Pass, Sender
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
-from harness.run.sweep import LevelOutcome, Sweep, calibration_key, calibration_ordinal
+from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
 from harness.run.workload import Calibration, calibrate, payload
 from harness.run.writer import BackgroundWriter, WriterError
 from harness.wire import target
@@ -49,10 +54,34 @@ from harness.wire.scraper import Scraper
 # prompts per calibration probe: a window of ~100 words of prose varies ~3 % in tokens (with
 # this project's tokenizer; word prompts ~0.3 %), so 8 hold the probe's mean to ~1 %
 CALIBRATION_SAMPLES = 8
+# a stop ends within seconds, whatever holds the results file: the writer gets this long to
+# store what it has (~0.5 s at C=32, measured), marking the run aborted this long to get the lock
+STOP_DRAIN_S = 2.0
+STOP_LOCK_WAIT_S = 1.0
 
 
 class RunFailed(RuntimeError):
     """The run stopped as failed (stored so), with what it measured kept; one sentence."""
+
+
+class RunStopped(aio.Stopped):
+    """A signal stopped the run. `stored`: the run was stored before it (it is left aborted,
+    to resume); else there is nothing to resume. `notes`: sentences on what the stop left
+    where (rows kept in a spill file, a run that could not be marked aborted)."""
+
+    def __init__(self, signum: int, stored: bool, notes: tuple[str, ...] = ()) -> None:
+        super().__init__(signum)
+        self.stored = stored
+        self.notes = notes
+
+
+@dataclass(slots=True)
+class _StopReport:
+    """Filled in as the run goes, for the RunStopped a stop raises: an exception raised in the
+    run's clean-up can be replaced there by a repeated cancellation (aio.run resends it)."""
+
+    stored: bool
+    notes: list[str] = field(default_factory=list)
 
 
 class ServerStoppedAnswering(RuntimeError):
@@ -140,156 +169,59 @@ async def execute(
     targets: Targets | None = None,
 ) -> RunResult:
     """Run (or resume) a sweep. TargetError (or ConfigError, for prompts a resumed run no longer
-    has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded."""
+    has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded.
+    RunStopped when a signal stops it (aio.run), saying whether the run had been stored."""
+    report = _StopReport(stored=resume)
+    try:
+        return await _execute(config, endpoint, store, progress, run_id, resume, prompts,
+                              targets, report)
+    except (asyncio.CancelledError, KeyboardInterrupt) as exc:
+        signum = aio.stopping()
+        if signum is None and isinstance(exc, asyncio.CancelledError):
+            raise  # cancelled by its caller, not stopped by a signal
+        raise RunStopped(signum or signal.SIGINT, report.stored, tuple(report.notes)) from None
+
+
+async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress: LevelProgress,
+                   run_id: str, resume: bool, prompts: Prompts | None, targets: Targets | None,
+                   report: _StopReport) -> RunResult:
+    mode = modes.mode_for(modes.check(config).mode)  # e.g. a rate level of no request
     ensure_open_files(config)  # a level past the limit would be stored as server errors
+    check_run_id(run_id)
     prompts = prompts or load(config.prompts, config.seed)
-    info = await target.describe(endpoint, config.model or None)
-    config = replace(config, model=info.model, engine=config.engine or info.engine)
-    pool = await target.kv_pool_tokens(endpoint) if config.server_metrics else None
-    config.check_server_limits(info.max_model_len, pool)
-    if info.max_model_len is None:
-        progress.message(f"the server does not say its context length (max_model_len), so "
-                         f"requests of {config.longest_request_tokens} tokens cannot be "
-                         "checked against it")
+    config, server = await _preflight(config, endpoint, progress)
     clock = Clock()
-    server = server_table(await target.fetch_stats(endpoint))
-    if server:
-        progress.message(describe_server_table(server))
-    if not resume:
-        words, probed = None, None
-        if prompts.calibrated:
-            calibration = await _calibrate(config, endpoint, clock, prompts, run_id)
-            progress.message(f"{calibration.describe()}; source: {prompts.describe()}")
-            words, probed = calibration.words, calibration.prompt_tokens
-        else:
-            progress.message(f"prompts: not calibrated; source: {prompts.describe()}")
-        store.create_run(run_id, {
-            "device": config.device, "engine": config.engine, "model": config.model,
-            "table_placement": config.table_placement, "target_url": config.url,
-            "api": config.api, "mode": config.mode, "levels": list(config.levels),
-            "rounds": config.rounds, "input_tokens": config.input_tokens,
-            "output_tokens": config.output_tokens, "label": config.label,
-            "config": StoredRun(config, words, probed, prompts.digest(), server).to_json(),
-            "host": json.dumps(host_info()), "version": __version__,
-        })
+    if resume:
+        words = _reopen(config, store, progress, run_id, prompts)
     else:
-        stored = StoredRun.from_json(store.run(run_id)["config"])
-        if stored.prompts_digest not in (None, prompts.digest()):
-            raise ConfigError(f"the prompts of run {run_id} ({config.prompts}) have changed "
-                              "since it started, so its missing rounds cannot be rebuilt alike")
-        words = stored.prompt_words
-        store.update_run(run_id, status="running", finished_at=None, error=None)
-        for path, rows in spill.pending(store.path, run_id):  # measured when the disk was full
-            store.write_requests(run_id, rows, config.token_times)
-            path.unlink()
-            progress.message(f"stored the {len(rows)} rows kept in {path}")
+        words = await _create(config, endpoint, clock, store, progress, run_id, prompts, server)
+        report.stored = True
     if words is not None:
         prompts = prompts.sized(words)
-    done = store.done_clusters(run_id)
-    progress.message(f"run {run_id}: {_describe_load(config)}, target {endpoint.base_url} "
+    ledger = Ledger(store, run_id)
+    progress.message(f"run {run_id}: {mode.describe(config)}, target {endpoint.base_url} "
                      f"model {config.model}")
     sweep = Sweep(config, endpoint, run_id, prompts, clock)
-    writer = BackgroundWriter(store, run_id, lambda rows: progress.message(
+    writer = BackgroundWriter(store, run_id, lambda rows: progress.notice(
         f"the results writer process died: restarted it, and sent the {rows} rows it had not "
         "stored again"), token_times=config.token_times)
-    scraper = Scraper(endpoint) if config.server_metrics else None
-    monitor = LoopMonitor(sweep.pool.unread_bytes)
-    outcomes: list[LevelOutcome] = []
-
-    def commit(records: list[RequestRecord]) -> None:
-        """A finished round to the writer; the run stops if it shows the server is gone."""
-        writer.submit(records)
-        if not config.keep_going and (why := stopped_answering(records)):
-            raise ServerStoppedAnswering(why)
+    passes = Passes(config, mode, ledger, sweep, mode.sender(sweep), writer,
+                    Scraper(endpoint) if config.server_metrics else None,
+                    LoopMonitor(sweep.pool.unread_bytes), progress, prompts.calibrated)
     try:
         if config.warmup and not resume:  # before the first level's scrape: left out
             first = config.levels[0] if config.levels else 1
             await sweep.warmup(config.warmup, min(config.warmup, first))
-
-        async def level(c: int, rate: float | None, total: int,
-                        run: Callable[[], Awaitable[LevelOutcome]], repeat: int = 0) -> None:
-            """One pass of a level: its requests, the server's counters around it, stored."""
-            before = await target.fetch_stats(endpoint)
-            for note in await scraper.start() if scraper else []:
-                progress.message(note)
-            progress.start_level(c, total)
-            monitor.start()
-            outcome = await run()
-            outcome.client = monitor.stop()
-            rows, notes = await scraper.stop() if scraper else ([], [])
-            await writer.flush()
-            stats = level_stats(c, outcome.records, config.output_tokens, rate)
-            progress.end_level(stats)
-            for note in notes:
-                progress.message(note)
-            sized = stats if config.turns == 1 else level_stats(
-                c, first_turns(outcome.records), config.output_tokens, rate)
-            if prompts.calibrated and (warning := prompt_warning(sized, config.input_tokens)):
-                progress.message(f"warning: {warning}")
-            if rate is not None:
-                progress.message(_describe_lag(stats))
-            after = await target.fetch_stats(endpoint)
-            if before is not None or after is not None:
-                store.write_server_stats(run_id, c, before, after, rate, repeat)
-            if rows:
-                store.write_server_metrics(run_id, c, rows, rate, repeat)
-            store.write_client_check(run_id, c, outcome.client, rate, repeat)
-            if config.think is not None:
-                store.write_user_level(run_id, c, repeat, outcome.think_mean_s,
-                                       config.think.dist, outcome.lead_in)
-            if outcome.client.client_bound:
-                progress.message(f"warning: {describe_client(level_name(stats), outcome.client)}")
-            # what the prompts sent so far measured, right even if the run is killed next
-            store.update_run(run_id,
-                             measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
-            outcomes.append(outcome)
-
-        async def measure(c: int, repeat: int, todo: list[int]) -> None:
-            await level(c, None, c * len(todo),
-                        lambda: sweep.run_level(c, todo, commit, progress.advance,
-                                                repeat), repeat)
-
-        async def measure_users(c: int, repeat: int) -> None:
-            """A users pass stores U x rounds requests; a resumed one sends those it lacks,
-            with rounds numbered on from the last stored (a conversation from its start)."""
-            count, last_round = store.stored_count(run_id, c, repeat)
-            first = 0 if last_round is None else last_round + 1
-            first += -first % config.turns
-            if count < c * config.rounds:
-                await level(c, None, c * config.rounds - count,
-                            lambda: sweep.run_users(c, c * config.rounds - count, commit,
-                                                    progress.advance, repeat, first, count),
-                            repeat)
-
-        async def measure_missing(c: int) -> None:
-            if config.mode == "users":
-                for repeat in range(config.repeat):
-                    await measure_users(c, repeat)
-                return
-            for repeat in range(config.repeat):
-                todo = _todo(config, [r for r in range(config.rounds)
-                                      if (c, repeat, r) not in done])
-                store.delete_rounds(run_id, c, repeat, [r for r in todo
-                                                        if (c, repeat, r) in done])
-                if todo:
-                    await measure(c, repeat, todo)
-
-        for c in config.levels:
-            await measure_missing(c)
-        done_rates = store.done_rates(run_id)
-        for rate in config.rates:
-            if rate not in done_rates:
-                await level(0, rate, len(sweep.schedule(rate)),
-                            functools.partial(sweep.run_rate, rate, commit,
-                                              progress.advance))
+        for level in mode.levels(config):
+            await passes.level(level)
         if config.search:
-            how = await _search(config, store, run_id, targets or Targets(), measure_missing)
-            progress.message(how)
+            progress.message(await _search(config, mode, ledger, targets or Targets(),
+                                           lambda c: passes.level(Level(c)), progress.message))
     except (asyncio.CancelledError, KeyboardInterrupt):
-        kept = _keep_unwritten(writer, store, run_id)
-        _finish(store, run_id, "aborted", "interrupted by the user")
-        if kept:
-            progress.message(kept)
+        kept = _keep_unwritten(writer, store, run_id, STOP_DRAIN_S)
+        unmarked = _finish(Store(store.path, STOP_LOCK_WAIT_S), run_id, "aborted",
+                           "interrupted by the user")
+        report.notes.extend(note for note in (kept, unmarked) if note)
         raise
     except (WriterError, StoreError, ServerStoppedAnswering) as exc:
         kept = _keep_unwritten(writer, store, run_id)
@@ -300,89 +232,216 @@ async def execute(
         _finish(store, run_id, "failed", str(exc) or type(exc).__name__)
         raise
     finally:
-        await sweep.stop_users()
-        sweep.close()
-        if scraper:
-            scraper.close()
+        await passes.close()
     writer.close()
     store.finish_run(run_id, "complete")
-    return RunResult(run_id, config, outcomes, clock)
+    return RunResult(run_id, config, passes.outcomes, clock)
 
 
-async def _search(config: RunConfig, store: Store, run_id: str, targets: Targets,
-                  measure_missing: Callable[[int], Awaitable[None]]) -> str:
+async def _preflight(config: RunConfig, endpoint: Endpoint, progress: LevelProgress
+                     ) -> tuple[RunConfig, dict[str, object] | None]:
+    """The target checked before anything is stored: the config with the model and engine it
+    serves, and its /stats table (None: it has none)."""
+    info = await target.describe(endpoint, config.model or None)
+    config = replace(config, model=info.model, engine=config.engine or info.engine)
+    pool = await target.kv_pool_tokens(endpoint) if config.server_metrics else None
+    config.check_server_limits(info.max_model_len, pool)
+    if info.max_model_len is None:
+        progress.message(f"the server does not say its context length (max_model_len), so "
+                         f"requests of {config.longest_request_tokens} tokens cannot be "
+                         "checked against it")
+    server = server_table(await target.fetch_stats(endpoint))
+    if server:
+        progress.message(describe_server_table(server))
+    return config, server
+
+
+async def _create(config: RunConfig, endpoint: Endpoint, clock: Clock, store: Store,
+                  progress: LevelProgress, run_id: str, prompts: Prompts,
+                  server: dict[str, object] | None) -> int | None:
+    """A new run: its prompts calibrated, then stored; the calibrated words per prompt."""
+    words, probed = None, None
+    if prompts.calibrated:
+        calibration = await _calibrate(config, endpoint, clock, prompts, run_id)
+        progress.message(f"{calibration.describe()}; source: {prompts.describe()}")
+        words, probed = calibration.words, calibration.prompt_tokens
+    else:
+        progress.message(f"prompts: not calibrated; source: {prompts.describe()}")
+    store.create_run(RunRow(
+        run_id=run_id, device=config.device, engine=config.engine, model=config.model,
+        table_placement=config.table_placement, target_url=config.url,
+        api=config.api, mode=config.mode, levels=list(config.levels),
+        rounds=config.rounds, input_tokens=config.input_tokens,
+        output_tokens=config.output_tokens, label=config.label,
+        config=StoredRun(config, words, probed, prompts.digest(), server).to_json(),
+        host=json.dumps(host_info()), version=__version__,
+    ))
+    return words
+
+
+def _reopen(config: RunConfig, store: Store, progress: LevelProgress, run_id: str,
+            prompts: Prompts) -> int | None:
+    """A resumed run: running again, with the rows a full disk kept out of the file stored;
+    its calibrated words per prompt. ConfigError if its prompts have changed."""
+    stored = StoredRun.from_json(store.run(run_id).config)
+    if stored.prompts_digest not in (None, prompts.digest()):
+        raise ConfigError(f"the prompts of run {run_id} ({config.prompts}) have changed "
+                          "since it started, so its missing rounds cannot be rebuilt alike")
+    store.update_run(run_id, status="running", finished_at=None, error=None)
+    for path, rows in spill.pending(store.path, run_id):  # measured when the disk was full
+        store.write_requests(run_id, rows, config.token_times)
+        path.unlink()
+        progress.message(f"stored the {len(rows)} rows kept in {path}")
+    return stored.prompt_words
+
+
+@dataclass(eq=False)
+class Passes:
+    """Sends what each level still owes, pass by pass, each with the server's counters around
+    it, the timing loop's own lag and every figure stored before the next pass starts."""
+
+    config: RunConfig
+    mode: LoadMode
+    ledger: Ledger
+    sweep: Sweep
+    sender: Sender
+    writer: BackgroundWriter
+    scraper: Scraper | None
+    monitor: LoopMonitor
+    progress: LevelProgress
+    calibrated: bool  # prompts sized to --input-tokens: warn when the server counts otherwise
+    outcomes: list[LevelOutcome] = field(default_factory=list)
+
+    async def level(self, level: Level) -> None:
+        """Every pass the level still owes."""
+        for p in self.mode.owed(self.config, level, self.ledger):
+            store, run_id = self.ledger.store, self.ledger.run_id
+            store.delete_rounds(run_id, p.level.concurrency, p.repeat, p.redo)
+            await self.run(p)
+
+    def commit(self, records: list[RequestRecord]) -> None:
+        """A finished round to the writer; the run stops if it shows the server is gone."""
+        self.writer.submit(records)
+        if not self.config.keep_going and (why := stopped_answering(records)):
+            raise ServerStoppedAnswering(why)
+
+    async def run(self, p: Pass) -> None:
+        """One pass of a level: its requests, the server's counters around it, stored."""
+        endpoint, progress = self.sweep.endpoint, self.progress
+        before = await target.fetch_stats(endpoint)
+        for note in await self.scraper.start() if self.scraper else []:
+            progress.message(note)
+        progress.start_level(p.level.concurrency, p.requests)
+        self.monitor.start()
+        outcome = await self.sender.run_pass(p, self.commit, progress.advance)
+        outcome.client = self.monitor.stop()
+        rows, notes = await self.scraper.stop() if self.scraper else ([], [])
+        await self.writer.flush()
+        stats = level_stats(p.level.concurrency, outcome.records, self.config.output_tokens,
+                            p.level.rate)
+        progress.end_level(stats)
+        for note in notes:
+            progress.message(note)
+        self._warn(p, outcome, stats)
+        after = await target.fetch_stats(endpoint)
+        self._store(p, outcome, stats, (before, after), rows)
+        self.outcomes.append(outcome)
+
+    def _warn(self, p: Pass, outcome: LevelOutcome, stats: LevelStats) -> None:
+        """Prompts the server counted off --input-tokens, and what the mode says of a level."""
+        sized = stats if self.config.turns == 1 else level_stats(
+            p.level.concurrency, first_turns(outcome.records), self.config.output_tokens,
+            p.level.rate)
+        if self.calibrated and (warning := prompt_warning(sized, self.config.input_tokens)):
+            self.progress.message(f"warning: {warning}")
+        for note in self.mode.notes(stats):
+            self.progress.message(note)
+
+    def _store(self, p: Pass, outcome: LevelOutcome, stats: LevelStats,
+               server: tuple[dict | None, dict | None], rows: list) -> None:
+        """A pass's figures beside its requests: the server's counters (before, after) and
+        /metrics rows, the client's own check, what the mode keeps."""
+        store, run_id, c, rate = self.ledger.store, self.ledger.run_id, p.level.concurrency, \
+            p.level.rate
+        if server[0] is not None or server[1] is not None:
+            store.write_server_stats(run_id, c, server[0], server[1], rate, p.repeat)
+        if rows:
+            store.write_server_metrics(run_id, c, rows, rate, p.repeat)
+        assert outcome.client is not None
+        store.write_client_check(run_id, c, outcome.client, rate, p.repeat)
+        self.mode.store_pass(store, self.config, run_id, p, outcome)
+        if outcome.client.client_bound:
+            self.progress.message(
+                f"warning: {describe_client(level_name(stats), outcome.client)}")
+        # what the prompts sent so far measured, right even if the run is killed next
+        store.update_run(run_id, measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
+
+    async def close(self) -> None:
+        """Nothing of the run left sending, its connections and scraper closed."""
+        await self.sender.stop()
+        self.sweep.close()
+        if self.scraper:
+            self.scraper.close()
+
+
+async def _search(config: RunConfig, mode: LoadMode, ledger: Ledger, targets: Targets,
+                  measure: Callable[[int], Awaitable[None]],
+                  say: Callable[[str], None]) -> str:
     """After the levels: full levels (every repeat) at the C that harness.results.search picks,
     until Max C is known to the integer (or the cap passes). Probes are stored before they run, so a
-    resumed run finishes a probe it had begun and then plans on from every verdict it has."""
+    resumed run finishes a probe it had begun and then plans on from every verdict it has. A
+    users level above the highest passing one that is not in steady state could decide Max
+    users: it is measured once more, with a lead-in of its own, and left out if it is still
+    not steady."""
+    store, run_id = ledger.store, ledger.run_id
     for c in store.probes(run_id):
-        await measure_missing(c)
+        await measure(c)
+    again: set[int] = set()
     while True:
         plan = search_plan(store, run_id, config, targets)
+        retry = next((c for c in plan.unsettled if c > plan.max_c and c not in again), None)
+        if retry is not None:
+            again.add(retry)
+            say(f"U={retry} was not in steady state: measuring it again")
+            store.forget_level(run_id, retry)
+            await measure(retry)
+            continue
         if plan.next_probe is None:
-            return f"Max C {plan.max_c}{'+' if plan.lower_bound else ''}: {plan.how}"
+            return f"{mode.max_name} {plan.max_c}{'+' if plan.lower_bound else ''}: {plan.how}"
         store.add_probe(run_id, plan.next_probe)
-        await measure_missing(plan.next_probe)
+        await measure(plan.next_probe)
 
 
-def _todo(config: RunConfig, missing: list[int]) -> list[int]:
-    """Rounds to run: the missing ones, widened under --turns N to whole conversations (a turn
-    resends the answers before it, which are not stored)."""
-    if config.turns == 1:
-        return missing
-    starts = sorted({r - r % config.turns for r in missing})
-    return [r for s in starts for r in range(s, min(s + config.turns, config.rounds))]
-
-
-def _describe_load(config: RunConfig) -> str:
-    """The load points of a run, for its first progress line."""
-    turns = f", conversations of {config.turns} turns" if config.turns > 1 else ""
-    if config.mode == "users":
-        assert config.think is not None
-        profile = f"{config.profile} " if config.profile else ""
-        return (f"users mode, {profile}users at {config.think.describe()}, users "
-                f"{list(config.levels)}, {config.rounds} requests each{turns}")
-    return _describe_sweep(config) + turns
-
-
-def _describe_sweep(config: RunConfig) -> str:
-    if config.mode == "rate":
-        rates = ", ".join(f"{r:g}" for r in config.rates)
-        return (f"rate mode, {config.arrival} arrivals at {rates} requests/s, "
-                f"{config.duration_s:g} s each")
-    repeats = f", {config.repeat} repeats interleaved per level" if config.repeat > 1 else ""
-    return f"{config.mode} mode, levels {list(config.levels)}, {config.rounds} rounds{repeats}"
-
-
-def _describe_lag(stats: LevelStats) -> str:
-    """A rate level's send lag: whether the schedule, and so the rate, was kept."""
-    p50, p99 = stats.p50_send_lag_ms, stats.p99_send_lag_ms
-    line = (f"R={stats.rate:g} req/s: send lag p50 {p50:.2f} ms, p99 {p99:.2f} ms"
-            if p50 is not None and p99 is not None else f"R={stats.rate:g} req/s: nothing sent")
-    return f"{line}; warning: {stats.lag_warning}" if stats.lag_warning else line
-
-
-def _keep_unwritten(writer: BackgroundWriter, store: Store, run_id: str) -> str | None:
-    """Close the writer, and put what it could not store into a spill file that `--resume`
-    imports; a sentence saying where, or None when everything is on disk. A write error here
-    must not mask the one that stopped the run."""
+def _keep_unwritten(writer: BackgroundWriter, store: Store, run_id: str,
+                    patience_s: float = math.inf) -> str | None:
+    """Close the writer, put back a results file deleted under the run (Store.put_back), and
+    put what the writer could not store into a spill file that `--resume` imports; a sentence
+    saying so, or None when everything is on disk. A write error here must not mask the one
+    that stopped the run."""
     try:
-        writer.close()
+        writer.close(patience_s)  # a stop's patience: what is left then is kept as below
     except Exception:
         pass
+    back = "it is put back as it was, from the copy this run held open" if store.put_back() else ""
+    resume = f"`run --resume {run_id} --db {store.path}`"
     rows = writer.unwritten
     if not rows:
-        return None
+        return f"{back}, and {resume} measures the rest" if back else None
     try:
         path = spill.write(store.path, run_id, rows)
     except spill.SpillError as exc:
-        return str(exc)
-    return (f"the {len(rows)} measured rows not yet stored are kept in {path}, and "
-            f"`run --resume {run_id} --db {store.path}` stores them")
+        return f"{back}; {exc}" if back else str(exc)
+    kept = (f"the {len(rows)} measured rows not yet stored are kept in {path}, and {resume} "
+            "stores them")
+    return f"{back}; {kept}" if back else kept
 
 
-def _finish(store: Store, run_id: str, status: str, error: str) -> None:
-    """Mark the run stopped; on a full disk even that may fail, and the resume is the same."""
+def _finish(store: Store, run_id: str, status: str, error: str) -> str | None:
+    """Mark the run stopped; on a full disk or a file another process holds locked even that
+    may fail, and the resume is the same: then a sentence saying so."""
     try:
         store.finish_run(run_id, status, error)
-    except StoreError:
-        pass
+    except StoreError as exc:
+        return (f"the run could not be marked {status} ({exc}); --resume continues it all "
+                "the same")
+    return None

@@ -13,6 +13,7 @@ stops the run at its next round: `unwritten` then holds everything not on disk.
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -32,7 +33,8 @@ MAX_RESTARTS = 3  # deaths in a row, with nothing acknowledged between them
 def _serve(db_path: str, lock_timeout_s: float, run_id: str, token_times: bool,
            inbox: mp.Queue, acks: mp.Queue, parent: int) -> None:
     """Child process: write each batch, ack it; exit when told or when the parent died."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a stop is the parent's to handle (one
+        signal.signal(signum, signal.SIG_IGN)  # from a terminal reaches the process group)
     store = Store(Path(db_path), lock_timeout_s)
     while True:
         try:
@@ -73,12 +75,20 @@ class BackgroundWriter:
         self._start()
 
     def _start(self) -> None:
-        self._inbox: mp.Queue = self._ctx.Queue()
-        self._acks: mp.Queue = self._ctx.Queue()
-        self._proc = self._ctx.Process(
-            target=_serve, name="round-writer", daemon=True,
-            args=(*self._args, self._inbox, self._acks, os.getpid()))
-        self._proc.start()
+        """The writer, and multiprocessing's resource tracker with the first queue, start with
+        SIGHUP blocked, which they keep: a closed terminal hangs up the whole process group,
+        and the run is the parent's to stop (a tracker killed so prints tracebacks at exit).
+        The parent gets a SIGHUP sent meanwhile once it is unblocked."""
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            self._inbox: mp.Queue = self._ctx.Queue()
+            self._acks: mp.Queue = self._ctx.Queue()
+            self._proc = self._ctx.Process(
+                target=_serve, name="round-writer", daemon=True,
+                args=(*self._args, self._inbox, self._acks, os.getpid()))
+            self._proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def submit(self, records: list[RequestRecord]) -> None:
         """Queue a round; raise WriterError if an earlier one could not be stored."""
@@ -133,21 +143,31 @@ class BackgroundWriter:
                 return
             await asyncio.sleep(_FLUSH_POLL_S)
 
-    def drain(self) -> None:
-        """`flush`, blocking: for the run's end, outside the measured levels."""
+    def drain(self, patience_s: float = math.inf) -> bool:
+        """`flush`, blocking, for at most `patience_s`: for the run's end, outside the measured
+        levels. Whether every round is on disk."""
+        deadline = time.monotonic() + patience_s
         while True:
             self._collect()
             self._check()
             if not self._unacked:
-                return
+                return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(_FLUSH_POLL_S)
 
-    def close(self) -> None:
-        """Write what is queued, then stop the writer process."""
+    def close(self, patience_s: float = math.inf) -> None:
+        """Write what is queued, waiting at most `patience_s` (a stop cannot wait out another
+        process's lock on the file), then stop the writer process; what it had not stored by
+        then stays in `unwritten`."""
+        deadline = time.monotonic() + patience_s
+        drained = False
         try:
-            self.drain()
+            drained = self.drain(patience_s)
         finally:
-            self._inbox.put(None)
-            self._proc.join(30)
+            if drained:
+                self._inbox.put(None)
+                self._proc.join(min(30.0, max(0.0, deadline - time.monotonic())))
             if self._proc.is_alive():
                 self._proc.kill()
+                self._inbox.cancel_join_thread()  # rounds left in its pipe must not hold exit

@@ -7,7 +7,7 @@ import json
 import time
 
 from harness.run.loop_monitor import LoopMonitor
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def _monitored(blocking_s: float, blocks: int) -> object:

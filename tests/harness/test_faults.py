@@ -23,7 +23,7 @@ FAULTS = [
 def test_fault_is_stored_and_sweep_goes_on(sweep, fault, kind, status, message):
     swept = sweep({"fault": fault, "fault_match": "-c2-r1-w0", "stall_s": 30}, **SMALL)
     run, records = swept.run, swept.records
-    assert run["status"] == "complete"
+    assert run.status == "complete"
     assert len(records) == 1 * 2 + 2 * 2
     failed = [r for r in records if not r.ok]
     assert [(r.concurrency, r.round, r.worker) for r in failed] == [(2, 1, 0)]
@@ -47,7 +47,7 @@ def test_stall_past_the_request_timeout(sweep):
     assert [(b.error_kind, b.concurrency, b.round) for b in bad] == [("request_timeout", 1, 0)]
     assert bad[0].latency_ms == pytest.approx(500, abs=100)
     assert "no complete response within 0.5 s" in bad[0].error_message
-    assert run["status"] == "complete" and len(records) == 6
+    assert run.status == "complete" and len(records) == 6
 
 
 def test_no_usage_counts_chunks_and_flags_estimate(sweep):
@@ -63,7 +63,7 @@ def test_several_tokens_per_chunk_use_usage_not_chunks(sweep):
     assert all(r.chunks == 4 and r.output_tokens == 16 for r in records)
     assert not any(r.output_tokens_estimated for r in records)
     assert all(r.ttft_ms is not None and r.ttft_ms >= 5 for r in records)
-    assert run["measured_input_tokens"] == pytest.approx(32, rel=0.05)
+    assert run.measured_input_tokens == pytest.approx(32, rel=0.05)
 
 
 def test_completions_endpoint(sweep):

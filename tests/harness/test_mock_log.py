@@ -2,19 +2,26 @@
 (with the tokenizer a client was given, under --tokenizer), the tokens it sent and the
 sampling fields it received."""
 
+import asyncio
 import subprocess
 import sys
+import threading
+import time
 
 import httpx
+import pytest
 from tokenizers import Tokenizer
 
-from tests.conftest import ROOT
+from harness.mock_server import MockConfig, MockServer
+from tests.helpers import ROOT
 
 TOKENIZER = ROOT / "runners" / "engram" / "data" / "tokenizer.json"
 
 
-def test_the_log_counts_prompts_with_the_given_tokenizer_and_keeps_the_sampling(start_mock):
-    server = start_mock(tokenizer=str(TOKENIZER))
+@pytest.mark.parametrize("off_loop", [False, True])
+def test_the_log_counts_prompts_with_the_given_tokenizer_and_keeps_the_sampling(start_mock,
+                                                                                off_loop):
+    server = start_mock(tokenizer=str(TOKENIZER), count_off_loop=off_loop)
     text = "The quick brown fox jumps over the lazy dog, twice: quickly!"
     body = {"model": "mock-model", "messages": [{"role": "user", "content": text}],
             "max_tokens": 5, "temperature": 0, "ignore_eos": True, "stream": True}
@@ -62,3 +69,43 @@ def test_a_tokenizer_that_is_not_one_is_refused_in_one_sentence(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith(f"--tokenizer {bad} is not a tokenizer.json")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_bad_tokenizer_fails_the_servers_start_not_its_first_request(tmp_path):
+    """The tokenizer is read before the server serves, so no request waits for it."""
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{}")
+
+    async def start() -> None:
+        server = MockServer(MockConfig(tokenizer=str(bad)))
+        try:
+            await server.start()
+        finally:
+            await server.close()
+
+    with pytest.raises(ValueError, match=r"is not a tokenizer\.json"):
+        asyncio.run(start())
+
+
+def test_counting_off_the_loop_leaves_other_requests_served_meanwhile(start_mock):
+    """With `count_off_loop`, a prompt that takes long to count holds up no other request:
+    one sent while it is counted gets its first token first."""
+    server = start_mock(tokenizer=str(TOKENIZER), count_off_loop=True, ttft_ms=0)
+    long_text = "The quick brown fox jumps over the lazy dog, twice: quickly! " * 2000
+
+    def ask(request_id: str, text: str) -> None:
+        body = {"model": "mock-model", "messages": [{"role": "user", "content": text}],
+                "max_tokens": 2, "stream": True}
+        with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=30,
+                          headers={"X-Request-Id": request_id}) as resp:
+            list(resp.iter_lines())
+
+    long_one = threading.Thread(target=ask, args=("long", long_text))
+    long_one.start()
+    while not server.server.requests_seen:  # the long one is read: being counted now
+        time.sleep(0.001)
+    ask("short", "hi")
+    long_one.join(30)
+    first = {t["request_id"]: t["first_write"]
+             for t in httpx.get(server.url[:-3] + "/mock/timings", timeout=10).json()}
+    assert first["short"] < first["long"]

@@ -35,11 +35,11 @@ def test_levels_send_the_calibrated_length_as_a_different_tokenizer_counts(
     run, records, summary = _run(sweep, prompts)
     sent = [r.input_tokens for r in records]
     assert all(r.ok for r in records) and len(sent) == 3 + 12
-    assert run["measured_input_tokens"] == pytest.approx(sum(sent) / len(sent), rel=1e-12)
+    assert run.measured_input_tokens == pytest.approx(sum(sent) / len(sent), rel=1e-12)
     for level in summary["levels"]:
         assert level["mean_prompt_tokens"] == pytest.approx(128, rel=0.05)
     assert not [w for w in summary["warnings"] if "target" in w]
-    assert json.loads(run["config"])["calibration_prompt_tokens"] == pytest.approx(128, rel=0.05)
+    assert json.loads(run.config)["calibration_prompt_tokens"] == pytest.approx(128, rel=0.05)
 
 
 def test_a_level_off_the_target_is_warned_during_the_run_and_in_the_summary(
@@ -57,5 +57,5 @@ def test_a_level_off_the_target_is_warned_during_the_run_and_in_the_summary(
     warned = [w for w in summary["warnings"] if "target" in w]
     assert len(warned) == 1 and warned[0].startswith("C=4:")
     assert "C=4: prompts averaged" in capsys.readouterr().err
-    assert run["measured_input_tokens"] == pytest.approx(
+    assert run.measured_input_tokens == pytest.approx(
         sum(r.input_tokens for r in records) / len(records))

@@ -1,6 +1,8 @@
 """Prompt sources: distinct per request, rebuilt alike, and bad files refused by line."""
 
 import json
+import os
+import threading
 
 import pytest
 
@@ -137,6 +139,8 @@ def test_digest_follows_the_file(tmp_path):
         ("p.jsonl", '{"prompt": ""}', "line 1 has no prompt"),
         ("p.txt", " \n\n", "has no text"),
         ("p.txt", b"fine\n\xff\xfe\n", "line 2 is not UTF-8 text"),
+        ("p.jsonl", '{"prompt": "a"}\n{"prompt": "b \\ud800"}\n', "line 2 holds half a surrog"),
+        ("p.jsonl", '{"prompt": "a"}\n' + "[" * 100_000 + "]" * 100_000, "line 2 is JSON nest"),
     ],
 )
 def test_bad_files_are_named_with_their_line(tmp_path, name, content, message):
@@ -153,3 +157,20 @@ def test_bad_files_are_named_with_their_line(tmp_path, name, content, message):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(PromptFileError, match="does not exist"):
         load(str(tmp_path / "nope.jsonl"))
+
+
+def test_a_pipe_or_a_device_is_refused_without_reading_it(tmp_path):
+    """A pipe would be read without bound (or wait for a writer), and could not be read alike
+    on --resume; this one holds a valid prompt, and /dev/null reads as empty."""
+    fifo = tmp_path / "fed.jsonl"
+    os.mkfifo(fifo)
+    feeder = threading.Thread(target=fifo.write_text, args=('{"prompt": "a"}\n',), daemon=True)
+    feeder.start()
+    try:
+        for path in (fifo, "/dev/null"):
+            with pytest.raises(PromptFileError, match="is not a regular file"):
+                load(str(path))
+    finally:  # a reader end lets the feeder's open return, if it still waits for one
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        feeder.join(5)
+        os.close(reader)

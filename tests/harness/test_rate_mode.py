@@ -12,8 +12,9 @@ from harness.mock_server import MockConfig
 from harness.records import RequestRecord
 from harness.results.metrics import Targets, rate_capacity, stats_by_level
 from harness.results.store import Store
+from harness.run import modes
 from harness.run.arrivals import schedule
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"  # never reached: these runs stop before the target
 
@@ -114,7 +115,8 @@ def test_a_rate_config_round_trips_through_storage():
                        arrival="constant", duration_s=30.0)
     assert RunConfig.from_json_dict(json.loads(json.dumps(config.to_json_dict()))) == config
     with pytest.raises(ConfigError, match="--arrival must be one of poisson, constant"):
-        RunConfig(url=DEAD_URL, model="m", levels=(), mode="rate", rates=(1.0,), arrival="x")
+        modes.check(RunConfig(url=DEAD_URL, model="m", levels=(), mode="rate", rates=(1.0,),
+                              arrival="x"))
 
 
 # The schema as engram-bench wrote it before rate mode: no rate or scheduled_at anywhere.
@@ -165,7 +167,7 @@ def test_a_resume_runs_only_the_rates_not_yet_stored(sweep, mock_server):
     with duckdb.connect(str(store.path)) as con:  # as if killed during the 20 req/s level
         con.execute("DELETE FROM requests WHERE rate = 20")
     store.update_run(run_id, status="aborted")
-    config = RunConfig.from_json_dict(json.loads(store.run(run_id)["config"]))
+    config = RunConfig.from_json_dict(json.loads(store.run(run_id).config))
     sweep(mock_server, config=config, store=store, run_id=run_id, resume=True)
     records = store.requests(run_id)
     assert Counter(r.rate for r in records) == {5.0: 5, 20.0: 20}

@@ -21,7 +21,8 @@ import pytest
 
 from harness.results import spill
 from harness.results.store import Store, fill_token_timing
-from tests.conftest import ROOT, free_port, run_cli, wait_for_port
+from runners.lifecycle import free_port
+from tests.helpers import ROOT, run_cli, wait_for_port
 
 RUN = [sys.executable, "-m", "engram_bench", "run"]  # stderr: its progress lines
 
@@ -44,7 +45,7 @@ def _stored_rows(db: Path) -> int:
     if not db.exists():
         return 0
     runs = Store(db).runs()
-    return len(Store(db).requests(runs[0]["run_id"])) if runs else 0
+    return len(Store(db).requests(runs[0].run_id)) if runs else 0
 
 
 def _wait(condition, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
@@ -79,19 +80,21 @@ def test_a_killed_writer_is_restarted_and_every_measured_request_is_stored(tmp_p
     try:  # while rounds are still to come (a writer killed after the last one restarts never)
         db = tmp_path / "b.duckdb"
         proc = _start_run("--url", url, "--levels", "2,4", "--rounds", "30",
-                          "--output-tokens", "32", "--db", str(db))
+                          "--output-tokens", "32", "--db", str(db), "--no-progress")
         _wait(lambda: _stored_rows(db) >= 4, proc, "a first stored round")
         os.kill(_writer_pid(proc.pid), signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-        assert "restarted" in err and "Traceback" not in err
+        # said with the progress off too: nothing stored says it
+        assert "the results writer process died: restarted it" in " ".join(err.split())
+        assert "Traceback" not in err
         run = Store(db).runs()[0]
-        assert run["status"] == "complete"
-        stored = [r.request_id for r in Store(db).requests(run["run_id"])]
+        assert run.status == "complete"
+        stored = [r.request_id for r in Store(db).requests(run.run_id)]
         # the server's own log: every measured request it answered is stored, once
         timings = httpx.get(url.removesuffix("/v1") + "/mock/timings").json()
         answered = {t["request_id"] for t in timings  # less the calibration's (C=0)
-                    if not t["request_id"].startswith(run["run_id"] + "-c0-")}
+                    if not t["request_id"].startswith(run.run_id + "-c0-")}
         assert len(stored) == len(set(stored)) == 2 * 30 + 4 * 30
         assert set(stored) == answered
     finally:
@@ -131,7 +134,7 @@ def test_a_full_disk_stops_the_run_at_once_and_resume_recovers_every_measured_ro
                               preexec_fn=limit)
         assert full.returncode == 1, full.stderr
         assert "Traceback" not in full.stderr and "failed: results could not be" in full.stderr
-        run_id = Store(db).runs()[0]["run_id"]
+        run_id = Store(db).runs()[0].run_id
         [(path, kept)] = spill.pending(db, run_id)
         assert f"kept in {path}" in full.stderr and kept
         stored = {r.request_id: r for r in Store(db).requests(run_id)}
@@ -154,7 +157,7 @@ def test_a_full_disk_stops_the_run_at_once_and_resume_recovers_every_measured_ro
             assert back.sent_at == pytest.approx(record.sent_at, abs=1e-6)
         c1, c2 = map(int, levels.split(","))
         assert len(after) == (c1 + c2) * 60
-        assert Store(db).run(run_id)["status"] == "complete"
+        assert Store(db).run(run_id).status == "complete"
         assert json.loads(resumed.stdout)["levels"]
     finally:
         server.kill()
@@ -171,8 +174,8 @@ def test_a_target_that_dies_mid_run_fails_the_run(tmp_path):
     assert proc.returncode == 1, err
     assert "the server stopped answering at C=" in err and "Traceback" not in err
     run = Store(db).runs()[0]
-    assert run["status"] == "failed" and "stopped answering" in run["error"]
-    kinds = {r.error_kind for r in Store(db).requests(run["run_id"])}
+    assert run.status == "failed" and "stopped answering" in run.error
+    kinds = {r.error_kind for r in Store(db).requests(run.run_id)}
     assert "connect_error" in kinds  # the round that showed it is stored, as it was
 
 
@@ -186,7 +189,33 @@ def test_keep_going_stores_a_dead_target_as_errors_and_completes(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     run = Store(db).runs()[0]
-    assert run["status"] == "complete"
-    records = Store(db).requests(run["run_id"])
+    assert run.status == "complete"
+    records = Store(db).requests(run.run_id)
     assert len(records) == 100 + 2 * 100
     assert any(r.error_kind == "connect_error" for r in records)
+
+
+def test_a_results_file_deleted_mid_run_is_put_back_and_resume_completes_the_run(tmp_path):
+    url, server = _mock("--ttft-ms", "5", "--itl-ms", "2")  # ~10 s in all: the deletion lands
+    try:  # while rounds are still to come
+        db = tmp_path / "b.duckdb"
+        proc = _start_run("--url", url, "--levels", "2,4", "--rounds", "40",
+                          "--output-tokens", "16", "--db", str(db))
+        _wait(lambda: _stored_rows(db) >= 4, proc, "a first stored round")
+        db.unlink()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, err
+        said = " ".join(err.split())  # progress lines fold at 80 columns
+        assert "Traceback" not in err and f"the results file {db} was deleted" in said, err
+        run = Store(db).runs()[0]  # put back as it was, the run marked failed in it
+        assert run.status == "failed"
+        for path, _ in spill.pending(db, run.run_id):  # whatever the writer had not stored
+            assert f"kept in {path}" in said
+        resumed = run_cli("run", "--resume", run.run_id, "--url", url, "--db", str(db),
+                          timeout=120)
+        assert resumed.returncode == 0, resumed.stderr
+        assert Store(db).run(run.run_id).status == "complete"
+        stored = [r.request_id for r in Store(db).requests(run.run_id)]
+        assert len(stored) == len(set(stored)) == 2 * 40 + 4 * 40
+    finally:
+        server.kill()

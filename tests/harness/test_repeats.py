@@ -9,8 +9,10 @@ from harness.config import ConfigError, RunConfig
 from harness.records import RequestRecord
 from harness.results.metrics import Targets
 from harness.results.report import level_intervals, repeat_agreement
+from harness.results.run_row import RunRow
 from harness.results.store import Store
-from tests.conftest import run_cli
+from harness.run import modes
+from tests.helpers import run_cli
 
 RUN_ID = "20261129-000000-4e9e"
 
@@ -69,7 +71,7 @@ def test_resume_runs_only_the_missing_level_repeat_rounds(sweep):
     assert len(after) == len(before)  # nothing twice
     rerun = {(c, p, r) for c, p, r, _, rid, sent in after if before[rid] != sent}
     assert rerun == missing  # only those were sent again; the rest kept their send times
-    assert store.run(RUN_ID)["status"] == "complete"
+    assert store.run(RUN_ID).status == "complete"
 
 
 def test_json_has_intervals_per_level_and_text_says_how_many_repeats_agree(mock_server,
@@ -120,15 +122,15 @@ def test_repeat_below_one_is_refused_and_nothing_is_stored(tmp_path):
     db = tmp_path / "none.duckdb"
     proc = run_cli("run", "--url", "http://127.0.0.1:9/v1", "--repeat", "0", "--db", str(db))
     assert proc.returncode == 2
-    assert "--repeat must be at least 1, not 0" in proc.stderr
+    assert "--repeat must be from 1 to " in proc.stderr and "not 0" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not db.exists() or not Store(db).runs()
 
 
 def test_repeat_with_rate_mode_is_refused():
     with pytest.raises(ConfigError, match="--repeat applies to --mode closed and burst"):
-        RunConfig(url="http://127.0.0.1:1/v1", model="m", levels=(), mode="rate", rates=(1.0,),
-                  repeat=2)
+        modes.check(RunConfig(url="http://127.0.0.1:1/v1", model="m", levels=(), mode="rate",
+                              rates=(1.0,), repeat=2))
 
 
 @pytest.mark.parametrize(("flags", "says"), [
@@ -150,8 +152,8 @@ def test_a_database_from_before_repeats_is_migrated_as_one_repeat(tmp_path):
     db = tmp_path / "old.duckdb"
     store = Store(db)
     store.initialise()
-    store.create_run("old", {"model": "m", "mode": "closed", "levels": [1], "rounds": 2,
-                             "output_tokens": 4})
+    store.create_run(RunRow(run_id="old", model="m", mode="closed", levels=[1], rounds=2,
+                            output_tokens=4))
     store.write_requests("old", [RequestRecord(f"old-c1-r{r}-w0", 1, r, 0, 1.0e9 + r,
                                                ttft_ms=5.0, latency_ms=50.0, output_tokens=4)
                                  for r in range(2)])

@@ -9,7 +9,7 @@ from harness.config import ConfigError, RunConfig
 from harness.mock_server import MockConfig
 from harness.results.metrics import Targets
 from harness.results.report import search_plan
-from tests.conftest import ROOT, run_cli
+from tests.helpers import ROOT, run_cli
 
 # 8 tokens, 20 ms between tokens x requests in flight: TPS(C) ~ 8 / (0.14 C), so at 10.4 tok/s
 # C=5 passes (~11.4) and C=6 fails (~9.5): Max C is 5.

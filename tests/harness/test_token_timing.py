@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_tpot_counts_every_token_of_a_multi_token_chunk(sweep):
@@ -93,26 +94,30 @@ SPECULATIVE = {"ttft_ms": 20, "itl_ms": 2.5, "tokens_per_chunk": 4}  # 10 ms per
 
 @pytest.mark.parametrize("chunk_usage", [True, False], ids=["per-chunk usage", "final usage only"])
 def test_itl_weighs_each_token_and_chunk_gaps_keep_their_own_name(sweep, chunk_usage):
-    """4 tokens per chunk every 10 ms, 128 tokens: each token gap is 2.5 ms, each chunk gap
-    10 ms. With per-chunk usage the tokens per chunk are the server's; without, the mean of
-    output tokens over chunks, flagged estimated."""
+    """4 tokens per chunk every ~10 ms, 128 tokens: each token gap is a quarter of its chunk
+    gap, measured against the server's own writes (its timer wakes a little late or early, the
+    more so on a loaded machine). With per-chunk usage the tokens per chunk are the server's;
+    without, the mean of output tokens over chunks, flagged estimated."""
     swept = sweep({**SPECULATIVE, "chunk_usage": chunk_usage, "log_chunks": True},
                   levels=(1,), rounds=6, output_tokens=128)
     server = {t.request_id: t for t in swept.server.server.timings}
     pooled = []
     for r in swept.store.requests(swept.run_id):
         assert r.tokens_per_chunk == 4 and r.tokens_per_chunk_estimated is not chunk_usage
-        assert r.itl_mean_ms == pytest.approx(2.5, rel=0.02)
-        assert r.chunk_gap_mean_ms == pytest.approx(10, rel=0.02)
-        assert r.tpot_ms == pytest.approx(31 * 10 / 127, rel=0.02)
-        # the medians against the server's own writes (its timer wakes a little late or early)
         writes = [t for t, _ in server[r.request_id].chunk_writes]
+        # first chunk to last as the server wrote them; a late read on a busy machine moves
+        # the client's span by a few ms, and what these show is per token (a quarter of the
+        # chunk gap), not per chunk: timing bounds are make bench-harness's
+        span_ms = (writes[-1] - writes[0]) * 1000
+        assert r.chunk_gap_mean_ms == pytest.approx(span_ms / 31, rel=0.05)
+        assert r.itl_mean_ms == pytest.approx(span_ms / 31 / 4, rel=0.05)
+        assert r.tpot_ms == pytest.approx(span_ms / 127, rel=0.05)
         gaps = sorted((b - a) * 1000 for a, b in itertools.pairwise(writes))
         assert r.chunk_gap_p50_ms == pytest.approx(gaps[15], abs=0.3)
         assert r.itl_p50_ms == pytest.approx(gaps[15] / 4, abs=0.1)
         pooled += gaps
     [level] = swept.store.levels(swept.run_id)
-    assert level["mean_itl_ms"] == pytest.approx(2.5, rel=0.02)
+    assert level["mean_itl_ms"] == pytest.approx(statistics.fmean(pooled) / 4, rel=0.05)
     pooled.sort()
     assert level["p50_itl_ms"] == pytest.approx(pooled[len(pooled) // 2] / 4, abs=0.1)
     assert level["mean_tokens_per_chunk"] == 4

@@ -7,10 +7,10 @@ import pytest
 
 from harness.config import RunConfig
 from harness.results.store import Store
-from harness.run.session import _todo
+from harness.run.modes.rounds import todo
 from harness.run.workload import payload
 from harness.wire.completion_stream import CompletionStream
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_usage_cached_tokens_and_the_answer_text_are_read_from_the_stream():
@@ -63,8 +63,8 @@ def test_turns_grow_the_context_and_store_the_cached_tokens(tmp_path, mock_serve
 
 
 def test_a_resume_runs_a_begun_conversation_again_from_its_first_turn(sweep):
-    assert _todo(RunConfig(url="u", model="m", turns=3, rounds=7), [4, 6]) == [3, 4, 5, 6]
-    assert _todo(RunConfig(url="u", model="m", rounds=7), [4, 6]) == [4, 6]
+    assert todo(RunConfig(url="u", model="m", turns=3, rounds=7), [4, 6]) == [3, 4, 5, 6]
+    assert todo(RunConfig(url="u", model="m", rounds=7), [4, 6]) == [4, 6]
     first = sweep(levels=(1,), rounds=6, turns=3, input_tokens=16, output_tokens=4,
                   server_metrics=False, db="r.duckdb", run_id="20261129-000000-7u4n")
     before = {r.round: r for r in first.records}

@@ -2,27 +2,35 @@
 the factor estimate, and the checks that refuse bad users settings."""
 
 import collections
+import dataclasses
 import json
 import math
 import random
 import statistics
 import subprocess
+from datetime import datetime
 
 import httpx
 import pytest
 
 from harness.config import PROFILE_DUTY, RunConfig, StoredRun, ThinkModel, think_cv
 from harness.records import RequestRecord
+from harness.results.metrics import Targets
+from harness.results.report import search_plan
+from harness.results.run_row import RunRow
+from harness.results.search import plan
 from harness.results.store import Store
 from harness.results.users import (
+    LeadIn,
     UsersEstimate,
     duty_cycle,
     in_flight,
     paired_closed_run,
     steady_state,
+    worst_lead_in,
 )
-from harness.run.think import LevelThink
-from tests.conftest import ROOT, run_cli
+from harness.run.think import LevelThink, Pacing, pace_tolerance
+from tests.helpers import ROOT, run_cli
 
 # A server whose first token waits 3 ms per request in flight (this one included), as when one
 # engine prefills every request in turn: closed, TTFT(C) ~ 3 C ms, so against a 100 ms target
@@ -76,15 +84,18 @@ def test_estimate_sets_measured_users_beside_max_c_times_the_factor():
 
 
 def test_paired_closed_run_is_the_newest_complete_one_of_the_same_setup():
-    base = {"device": "spark", "engine": "mock", "model": "m", "table_placement": "nvme",
-            "input_tokens": 128, "output_tokens": 128}
-    runs = [{**base, "run_id": "old", "mode": "closed", "status": "complete", "started_at": 1},
-            {**base, "run_id": "new", "mode": "closed", "status": "complete", "started_at": 2},
-            {**base, "run_id": "bad", "mode": "closed", "status": "aborted", "started_at": 3},
-            {**base, "run_id": "mem", "mode": "closed", "status": "complete", "started_at": 4,
-             "table_placement": "device"}]
-    assert paired_closed_run(runs, {**base, "mode": "users"})["run_id"] == "new"
-    assert paired_closed_run(runs, {**base, "input_tokens": 4096}) is None
+    base = RunRow(run_id="users", device="spark", engine="mock", model="m",
+                  table_placement="nvme", input_tokens=128, output_tokens=128)
+
+    def closed(run_id: str, day: int, **fields: object) -> RunRow:
+        return dataclasses.replace(base, **{"run_id": run_id, "mode": "closed",
+                                            "status": "complete",
+                                            "started_at": datetime(2026, 1, day), **fields})
+
+    runs = [closed("old", 1), closed("new", 2), closed("bad", 3, status="aborted"),
+            closed("mem", 4, table_placement="device")]
+    assert paired_closed_run(runs, dataclasses.replace(base, mode="users")).run_id == "new"
+    assert paired_closed_run(runs, dataclasses.replace(base, input_tokens=4096)) is None
 
 
 def test_measured_chat_users_are_within_15_percent_of_the_duty_cycle_prediction(
@@ -271,18 +282,18 @@ def _pooled_r(records: list[RequestRecord]) -> float:
             / math.sqrt(sum(a * a for a, _ in pairs) * sum(b * b for _, b in pairs)))
 
 
-@pytest.mark.parametrize("profile", ["chat", "agentic"])
-def test_thinks_do_not_follow_the_latency_before_them_and_the_duty_lands(sweep, profile):
-    """Each user thinks around the level's one mean, whatever its own last request took:
-    pooled within levels, think and the latency it follows are uncorrelated (|r| < 0.12; over
-    1,008 requests, so that sampling alone leaves |r| < 0.12 with p > 0.9999), and the run's
-    duty cycle lands within 2 points of the profile's. Level 24 carries level 12's users on."""
-    swept = sweep(SHARED_DECODE, mode="users", profile=profile, levels=(12, 24), rounds=28,
+def test_thinks_do_not_follow_the_latency_before_them_and_the_duty_lands(sweep):
+    """Agentic users (each profile's duty lands in the search test below too). Each user
+    thinks around the level's one mean, whatever its own last request took: pooled within
+    levels, think and the latency it follows are uncorrelated (|r| < 0.12; over 1,008 requests,
+    so that sampling alone leaves |r| < 0.12 with p > 0.9999), and the run's duty cycle lands
+    within 2 points of the profile's. Level 24 carries level 12's users on."""
+    swept = sweep(SHARED_DECODE, mode="users", profile="agentic", levels=(12, 24), rounds=28,
                   input_tokens=16, output_tokens=8)
     records = [r for r in swept.store.requests(swept.run_id) if r.think_ms is not None]
     assert len(records) == (12 + 24) * 28
     assert abs(_pooled_r(records)) < 0.12
-    assert duty_cycle(records) == pytest.approx(PROFILE_DUTY[profile], abs=0.02)
+    assert duty_cycle(records) == pytest.approx(PROFILE_DUTY["agentic"], abs=0.02)
     proc = run_cli("summary", "--db", str(swept.store.path), "--json")
     summary = json.loads(proc.stdout)
     zs = swept.store.user_levels(swept.run_id)
@@ -363,11 +374,11 @@ def test_max_users_names_the_levels_within_noise_of_the_targets(tmp_path):
     store.initialise()
     config = RunConfig(url="http://127.0.0.1:9/v1", model="m", mode="users", profile="chat",
                        levels=(4, 8), rounds=12, repeat=3)
-    store.create_run("noisy", {"device": "", "engine": "", "model": "m", "table_placement": "",
-                               "target_url": config.url, "api": "chat", "mode": "users",
-                               "levels": [4, 8], "rounds": 12, "input_tokens": 128,
-                               "output_tokens": 128, "label": "",
-                               "config": StoredRun(config).to_json()})
+    store.create_run(RunRow(run_id="noisy", device="", engine="", model="m", table_placement="",
+                            target_url=config.url, api="chat", mode="users",
+                            levels=[4, 8], rounds=12, input_tokens=128,
+                            output_tokens=128, label="",
+                            config=StoredRun(config).to_json()))
     scatter = (-4, -2, 0, 2, 4, -3, 3, -1, 1, 0, -2, 2)  # per round, summing to 0
     rows = []
     for u, tps in ((4, 30.0), (8, 20.5)):
@@ -395,20 +406,25 @@ def test_max_users_names_the_levels_within_noise_of_the_targets(tmp_path):
 
 def test_the_level_think_follows_every_users_requests_not_ones_own():
     """Z is (1 - d) / d times the mean of the level's requests since all users arrived, over
-    its last max(U, 24): a user's own slow request moves it by 1 / 24 of its excess only, and
-    a fixed --think-time never moves."""
+    its last max(U, 24): a user's own slow request moves it by 1 / 24 of its excess, and the
+    thinks after it repay what the level's duty owes for it by 1 / 24 each; a fixed
+    --think-time never moves."""
     think = LevelThink(ThinkModel(duty_cycle=0.25), users=4, typical_latency_s=1.0)
     assert think.z_s == pytest.approx(3.0)
     think.observe(9.0)  # a slow lead-in while users still arrive
     think.restart()  # all have arrived: measured afresh
-    for _ in range(30):
-        think.observe(2.0)
-    assert think.z_s == pytest.approx(6.0)
-    think.observe(14.0)  # one user's very slow request
-    assert think.z_s == pytest.approx(3 * (2.0 + 12.0 / 24))
     rng = random.Random(1)
+    for _ in range(30):  # each request, then the think after it
+        think.observe(2.0)
+        assert think.z_s == pytest.approx(6.0)
+        think.draw(rng)
+    think.observe(14.0)  # one user's very slow request
+    moving = 3 * (2.0 + 12.0 / 24)
+    owed = 3 * 14.0 - moving  # the duty's share of it that the moving average leaves out
+    assert think.z_s == pytest.approx(moving + owed / 24)
     draws = [think.draw(rng, stored=True) for _ in range(3)]
-    assert think.mean_drawn_around_s == pytest.approx(think.z_s) and len(set(draws)) == 3
+    assert len(set(draws)) == 3 and think.mean_drawn_around_s is not None
+    assert moving < think.mean_drawn_around_s < moving + owed / 24
     fixed = LevelThink(ThinkModel(fixed_s=0.5), users=4, typical_latency_s=1.0)
     fixed.observe(30.0)
     assert fixed.z_s == 0.5
@@ -443,7 +459,7 @@ def test_a_resumed_users_level_sends_only_the_requests_it_lacks(sweep):
     assert len(after) == 4 * 6 and len({r.request_id for r in after}) == 4 * 6
     new = [r for r in after if r.request_id not in kept]
     assert len(new) == 14 and min(r.round for r in new) == max(kept.values()) + 1
-    assert again.store.run(first.run_id)["status"] == "complete"
+    assert again.store.run(first.run_id).status == "complete"
 
 
 def test_repeat_runs_every_users_level_again_and_gives_it_an_interval(tmp_path, mock_process):
@@ -466,3 +482,125 @@ def test_repeat_runs_every_users_level_again_and_gives_it_an_interval(tmp_path, 
     assert len(Store(db).user_levels(summary["run_id"])) == 1
     text = run_cli("summary", summary["run_id"], "--db", db, *TARGET).stdout
     assert "no level within noise of the targets" in " ".join(text.split())
+
+
+def test_a_level_paced_off_its_duty_by_more_than_its_noise_is_flagged():
+    """16 users, 48 requests: d (1 - d) cv / sqrt n puts a chat level's duty noise at 0.027,
+    so a duty of 0.34 (3.3 of them off 0.25) is flagged and 0.31 (2.2) is not; thinks held
+    constant here, so the duty is exactly what the level was paced at."""
+    exponential = think_cv("exponential")
+    for duty, flagged in ((0.34, True), (0.31, False)):
+        level = _users_level(16, 16, 3, 1000.0, 1000.0 * (1 - duty) / duty, dist="constant")
+        check = steady_state(level, 16, 0.25, exponential)
+        assert check.duty_cycle == pytest.approx(duty, abs=1e-3)
+        assert (check.flag is not None and "against 0.25" in check.flag) is flagged, check.flag
+
+
+def test_a_lead_in_that_reached_its_cap_unsettled_flags_its_level():
+    steady = _users_level(8, 8, 12, 100.0, 300.0)
+    settled = LeadIn(requests=24, settled=True, paced_duty=0.25)
+    assert steady_state(steady, 8, 0.25, 1.0, settled).flag is None
+    capped = steady_state(steady, 8, 0.25, 1.0, LeadIn(40, False, 0.31))
+    assert "not paced at duty 0.25 (paced at 0.31) after 5.0 lead-in requests per user" in (
+        capped.flag or "")
+    assert worst_lead_in([settled, LeadIn(40, False, 0.31), LeadIn(48, False, 0.2)]) == (
+        LeadIn(40, False, 0.31))
+
+
+def test_pacing_settles_once_a_whole_window_was_paced_at_the_target():
+    """Z a cycle behind a latency that climbed: paced above the target until the window holds
+    only requests whose Z had caught up."""
+    pacing = Pacing(0.25, window=24)
+    for _ in range(23):
+        pacing.add(1.0, 3.0)
+    assert not pacing.settled  # not a whole window yet
+    pacing.add(1.0, 3.0)
+    assert pacing.settled and pacing.duty == pytest.approx(0.25)
+    for _ in range(12):  # latency doubled; Z still follows the old one
+        pacing.add(2.0, 3.0)
+    assert not pacing.settled and pacing.duty > 0.25 + pace_tolerance(0.25)
+    for _ in range(24):
+        pacing.add(2.0, 6.0)
+    assert pacing.settled
+    assert Pacing(None, window=24).settled  # a fixed think time has nothing to settle
+
+
+def test_a_flagged_level_never_decides_max_users(tmp_path):
+    """U=8 passes but its users were paced far off the chat duty (thinks a third of what chat
+    users think): it is flagged, Max users is U=4, and the search plans around U=8."""
+    db = tmp_path / "flagged.duckdb"
+    store = Store(db)
+    store.initialise()
+    config = RunConfig(url="http://127.0.0.1:9/v1", model="m", mode="users", profile="chat",
+                       levels=(4, 8, 16), rounds=12, search=True)
+    store.create_run(RunRow(run_id="flagged", device="", engine="", model="m",
+                            table_placement="", target_url=config.url, api="chat",
+                            mode="users", levels=[4, 8, 16], rounds=12,
+                            input_tokens=128, output_tokens=128, label="",
+                            config=StoredRun(config).to_json()))
+    rows = []
+    for u, tps, think in ((4, 40.0, 3.0), (8, 30.0, 1.0), (16, 10.0, 3.0)):
+        latency = 128 / tps * 1000
+        level = _users_level(u, u, 12, latency, think * latency, dist="constant")
+        rows += [dataclasses.replace(r, request_id=f"flagged-c{u}-r{r.round}-w{r.worker}",
+                                     sent_at=r.sent_at + 1000.0 * u, output_tokens=128)
+                 for r in level]
+    store.write_requests("flagged", rows)
+    store.finish_run("flagged", "complete")
+    summary = json.loads(run_cli("summary", "--db", str(db), "--json").stdout)
+    by_users = {lv["concurrency"]: lv for lv in summary["levels"]}
+    assert by_users[8]["passes"] and not by_users[8]["steady_state"]
+    assert summary["max_users"] == 4 and summary["users"]["unsteady_levels"] == [8]
+    found = search_plan(store, "flagged", config, Targets())
+    assert found.unsettled == (8,) and found.max_c == 4
+    assert found.next_probe is not None and found.next_probe not in (4, 8, 16)
+
+
+def test_the_search_probes_around_unsettled_levels():
+    """A bisection's midpoint that did not settle gives way to the nearest level that may;
+    with none left between the bracket's ends the search stops and says why."""
+    assert plan({4: True, 16: False}, [], unsettled={10}).next_probe == 9
+    assert plan({4: True, 16: False}, [], unsettled={9, 10}).next_probe == 11
+    stuck = plan({4: True, 6: False}, [], unsettled={5})
+    assert stuck.next_probe is None and not stuck.exact and stuck.max_c == 4
+    assert "U=5 not in steady state" in stuck.how
+    assert plan({4: True}, [], unsettled={8}).next_probe == 7
+
+
+@pytest.mark.parametrize(("profile", "tps_min"), [("chat", "50"), ("agentic", "20")])
+def test_a_users_search_on_a_server_slowed_by_its_load_lands_the_profile_duty(
+        tmp_path, mock_process, profile, tps_min):
+    """Each token waits 2 ms per stream in flight, so a level's latency climbs with its users
+    and a Z carried over from another level paces them off the duty until it catches up. Every
+    stored level's lead-in either settled (its last cycle paced within tolerance) or flagged
+    the level, every level's duty is within its noise of the target or the level is flagged,
+    and the run's duty, over 1,000+ requests (a standard error under ~0.01), is the profile's
+    within 0.02."""
+    url = mock_process("--ttft-ms", "5", "--itl-ms", "2", "--shared-decode")
+    db = str(tmp_path / "climb.duckdb")
+    out = run_cli("run", "--url", url, "--mode", "users", "--profile", profile, "--levels",
+                  "8,16,32", "--rounds", "6", "--search", "--db", db, "--tps-min", tps_min,
+                  "--ttft-max-ms", "10000", *SHORT, "--json", timeout=240)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    store = Store(db)
+    target = PROFILE_DUTY[profile]
+    lead_ins = store.lead_ins(summary["run_id"])
+    records = [r for r in store.requests(summary["run_id"]) if r.think_ms is not None]
+    assert len(records) >= 1000
+    for level in summary["levels"]:
+        u = level["concurrency"]
+        lead_in = lead_ins[u]
+        assert lead_in.settled is not None and lead_in.paced_duty is not None
+        if level["steady_state"]:
+            assert lead_in.settled
+            assert abs(lead_in.paced_duty - target) <= pace_tolerance(target)
+            mine = [r for r in records if r.concurrency == u]
+            latency = [r.latency_ms for r in mine]
+            noise = (target * (1 - target) * math.hypot(1, statistics.stdev(latency)
+                                                        / statistics.fmean(latency))
+                     / math.sqrt(len(mine)))
+            assert abs(level["duty_cycle"] - target) <= 3 * noise + 0.005, level
+        assert level["lead_in_cycles"] is not None and level["lead_in_cycles"] > 0
+    assert duty_cycle(records) == pytest.approx(target, abs=0.02)
+    assert summary["max_users"] > 0

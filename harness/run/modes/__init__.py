@@ -1,0 +1,65 @@
+"""The load modes, by name: the one list of them (docs/design.md, "Adding a load mode").
+
+Each mode is one module of this package (harness.run.modes.base says what a mode is); the
+CLI's --mode choices and flags, a run's checks and its pass loop all come from MODES."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.config import ConfigError, RunConfig
+from harness.run.modes import burst, closed, rate, users
+from harness.run.modes.base import LoadMode
+
+MODES: dict[str, LoadMode] = {mode.name: mode for mode in (
+    closed.MODE,
+    burst.MODE,
+    rate.MODE,
+    users.MODE,
+)}
+
+
+def mode_for(name: str) -> LoadMode:
+    if name not in MODES:
+        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {name!r}")
+    return MODES[name]
+
+
+def check(config: RunConfig) -> RunConfig:
+    """A run's config as its mode takes it: every other mode refuses its own flags given to
+    this one, in one sentence naming the flag."""
+    chosen = mode_for(config.mode)
+    for mode in MODES.values():
+        if mode is chosen:
+            mode.check(config)
+        else:
+            mode.refuse_outside(config)
+    return config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--mode and the flags each mode takes."""
+    parser.add_argument("--mode", choices=tuple(MODES), default="closed",
+                        help="; ".join(mode.help for mode in MODES.values()))
+    for mode in MODES.values():
+        mode.add_arguments(parser)
+
+
+def read_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """RunConfig fields from every mode's flags (a mode checks that the others' are unset)."""
+    fields: dict[str, Any] = {}
+    for mode in MODES.values():
+        fields.update(mode.read_flags(args, chosen=mode.name == args.mode))
+    return fields
+
+
+def stored_as() -> dict[str, str]:
+    """Each mode's flags whose RunConfig field has another name: flag dest -> field."""
+    return {flag: field for mode in MODES.values() for flag, field in mode.stored_as}
+
+
+def keyed_by(name: str) -> str | None:
+    """What a mode's levels are keyed by (C, U or R); None for a mode this version lacks."""
+    mode = MODES.get(name)
+    return mode.key if mode else None

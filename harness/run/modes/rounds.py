@@ -1,0 +1,84 @@
+"""What closed and burst share: a level is C workers, each sending the level's rounds; round
+r is the r-th request of every worker, committed once its C records exist, so a resume sends
+only the rounds (of each repeat) still missing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.config import RunConfig
+from harness.records import RequestRecord
+from harness.run.modes.base import (
+    Commit,
+    Ledger,
+    Level,
+    LevelOutcome,
+    LoadMode,
+    OnRecord,
+    Pass,
+    Sender,
+)
+
+if TYPE_CHECKING:
+    from harness.run.sweep import Sweep
+
+# how a mode sends one pass's rounds at level C: (sweep, C, rounds, commit, on_record, repeat)
+SendRounds = Callable[["Sweep", int, Sequence[int], Commit, OnRecord, int],
+                      Awaitable[list[RequestRecord]]]
+
+
+def todo(config: RunConfig, missing: list[int]) -> list[int]:
+    """Rounds to run: the missing ones, widened under --turns N to whole conversations (a turn
+    resends the answers before it, which are not stored)."""
+    if config.turns == 1:
+        return missing
+    starts = sorted({r - r % config.turns for r in missing})
+    return [r for s in starts for r in range(s, min(s + config.turns, config.rounds))]
+
+
+class RoundsMode(LoadMode):
+    """A mode whose levels are concurrencies C, each pass C x rounds requests."""
+
+    def describe(self, config: RunConfig) -> str:
+        repeats = f", {config.repeat} repeats interleaved per level" if config.repeat > 1 else ""
+        turns = f", conversations of {config.turns} turns" if config.turns > 1 else ""
+        return (f"{self.name} mode, levels {list(config.levels)}, {config.rounds} "
+                f"rounds{repeats}{turns}")
+
+    def owed(self, config: RunConfig, level: Level, ledger: Ledger) -> list[Pass]:
+        """Each repeat's missing rounds; a conversation begun but not ended is sent again
+        from its first turn (its stored rounds deleted first)."""
+        c, passes = level.concurrency, []
+        for repeat in range(config.repeat):
+            rounds = todo(config, [r for r in range(config.rounds)
+                                   if (c, repeat, r) not in ledger.done])
+            redo = tuple(r for r in rounds if (c, repeat, r) in ledger.done)
+            if rounds:
+                passes.append(Pass(level, repeat, c * len(rounds), tuple(rounds), redo))
+        return passes
+
+
+@dataclass(slots=True)
+class RoundsSender:
+    """Sends a pass's rounds with the connections open before the clock starts."""
+
+    sweep: Sweep
+    send: SendRounds
+
+    async def run_pass(self, p: Pass, commit: Commit, on_record: OnRecord) -> LevelOutcome:
+        c = p.level.concurrency
+        await self.sweep.pool.warm(c)
+        cpu0 = time.process_time()
+        records = await self.send(self.sweep, c, p.rounds, commit, on_record, p.repeat)
+        self.sweep.remember_latency(records)
+        return LevelOutcome(c, records, time.process_time() - cpu0)
+
+    async def stop(self) -> None:
+        """Nothing sends between passes."""
+
+
+def rounds_sender(sweep: Sweep, send: SendRounds) -> Sender:
+    return RoundsSender(sweep, send)
