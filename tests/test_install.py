@@ -66,7 +66,24 @@ def test_the_core_install_sweeps_a_server_and_stores_its_rows(core_install, mock
     assert proc.returncode == 0, proc.stderr
     with duckdb.connect(str(db), read_only=True) as con:
         (requests,) = con.execute("SELECT count(*) FROM requests").fetchone()
+        levels = con.execute("SELECT concurrency, requests FROM levels ORDER BY 1").fetchall()
     assert requests == (1 + 2) * 2
+    assert levels == [(1, 2), (2, 4)]  # the views, read from the package's .sql files
+
+
+def test_the_core_install_ships_the_schema_files(core_install):
+    """The installed package reads its tables and views from its own files, not the tree's."""
+    tree, venv = core_install
+    script = ("import harness.results.schema as s; print(s.__file__); "
+              "print('CREATE TABLE IF NOT EXISTS runs' in s.SCHEMA, "
+              "'CREATE OR REPLACE VIEW levels' in s.SCHEMA, 'ALTER TABLE' in s.MIGRATIONS)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True,
+                          text=True, timeout=60, cwd=venv, env=env)
+    assert proc.returncode == 0, proc.stderr
+    where, found = proc.stdout.splitlines()
+    assert not Path(where).is_relative_to(tree)
+    assert found == "True True True"
 
 
 @pytest.mark.parametrize(("args", "extra"), [

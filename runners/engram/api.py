@@ -7,7 +7,6 @@ Thin: parsing and errors here, generation in serving.py, counters in runtime.py.
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -25,14 +24,18 @@ from runners.engram.protocol import (
     ChatRequest,
     CompletionRequest,
     TokenizeRequest,
+    json_object,
     reject_unsupported,
 )
 from runners.engram.runtime import Runtime
-from runners.engram.serving import off_loop_if_long, prompt_chars
+from runners.engram.serving import Serving, off_loop_if_long, prompt_chars
 from runners.engram.stats import ServerStats
 from runners.engram.table_store import TableCacheError
 
 MAX_BODY = 1024 * 1024
+BODY_TIMEOUT_S = 30.0  # for the whole body, from the end of its head
+# a refused body is left unread: the connection closes after the answer instead
+_CLOSE = {"Connection": "close"}
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -40,20 +43,25 @@ def _error(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-async def _json_body(request: Request) -> dict:
+async def _body(request: Request, timeout_s: float) -> bytes:
+    """The body, refused as soon as it passes MAX_BODY (a chunked one declares no length, so
+    it is counted as it arrives) or when it is not all in within `timeout_s` (a client that
+    trickles bytes would otherwise hold its slot for good)."""
+    too_large = APIError(400, f"the request body exceeds {MAX_BODY} bytes", headers=_CLOSE)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise APIError(400, f"the request body exceeds {MAX_BODY} bytes")
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise APIError(400, f"the request body exceeds {MAX_BODY} bytes")
+        raise too_large
+    body = bytearray()
     try:
-        data = json.loads(body)
-    except ValueError:
-        raise APIError(400, "the request body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise APIError(400, "the request body must be a JSON object")
-    return data
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_BODY:
+                    raise too_large
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout_s:g} s",
+                       code="request_timeout", headers=_CLOSE) from None
+    return bytes(body)
 
 
 def _validate(model: type[M], data: dict) -> M:
@@ -67,9 +75,18 @@ def _validate(model: type[M], data: dict) -> M:
         raise APIError(400, f"{where}: {message}", param=where) from None
 
 
-def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
+def create_app(runtime: Runtime, api_key: str | None = None,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
     app = FastAPI(title="engram-bench Engram server", docs_url=None, redoc_url=None)
-    serving = runtime.serving
+    _add_error_handlers(app)
+    _add_key_check(app, api_key)
+    _add_openai_routes(app, runtime.serving, body_timeout_s)
+    _add_server_routes(app, runtime)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as an OpenAI error object, a client gone before its body as nothing."""
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -88,6 +105,10 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
                                f"{exc.detail} ({request.method} {request.url.path})",
                                code=None, headers=exc.headers))
 
+
+def _add_key_check(app: FastAPI, api_key: str | None) -> None:
+    """With a key, every path but /health needs it as a bearer token."""
+
     @app.middleware("http")
     async def check_key(request: Request,
                         call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -97,9 +118,16 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
                 return _error(APIError(401, "missing or wrong API key", code="invalid_api_key"))
         return await call_next(request)
 
+
+def _add_openai_routes(app: FastAPI, serving: Serving, body_timeout_s: float) -> None:
+    """/v1/chat/completions, /v1/completions, /v1/models and /tokenize."""
+
+    async def json_body(request: Request) -> dict:
+        return json_object(await _body(request, body_timeout_s))
+
     async def generate(request: Request,
                        model: type[ChatRequest] | type[CompletionRequest]) -> Response:
-        data = await _json_body(request)
+        data = await json_body(request)
         reject_unsupported(data)
         req = _validate(model, data)
         x_request_id = request.headers.get("x-request-id")
@@ -127,7 +155,7 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict:
-        req = _validate(TokenizeRequest, await _json_body(request))
+        req = _validate(TokenizeRequest, await json_body(request))
         if req.messages:
             messages = [m.model_dump() for m in req.messages]
             ids = await off_loop_if_long(prompt_chars(req),
@@ -138,6 +166,10 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
         else:
             raise APIError(400, "give prompt or messages", param="prompt")
         return {"tokens": ids, "count": len(ids), "max_model_len": serving.max_seq}
+
+
+def _add_server_routes(app: FastAPI, runtime: Runtime) -> None:
+    """/health, /stats, /metrics and POST /table/drop_cache: the server itself."""
 
     @app.get("/health")
     async def health() -> dict:
@@ -160,5 +192,3 @@ def create_app(runtime: Runtime, api_key: str | None = None) -> FastAPI:
         except TableCacheError as exc:
             raise APIError(409, str(exc), code="no_table_cache") from None
         return {"status": "dropped", **runtime.store.residency()}
-
-    return app

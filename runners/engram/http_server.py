@@ -4,6 +4,8 @@ uvicorn's keep-alive timer is cancelled by the first byte that arrives, so a cli
 sends half a request head (or none after connecting) holds its connection, and a slot of
 the server, for ever. Here every connection must deliver a complete head within
 HEADER_TIMEOUT_S of opening, or of its previous response ending; otherwise it is closed.
+A response that ends before its request's body (a refused body, a route that reads none)
+closes the connection too: uvicorn would otherwise read and discard the rest, however long.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ class HeaderDeadlineH11(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.conn.their_state is h11.IDLE:  # ready for the next request's head
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self.transport.close()
+        elif self.conn.their_state is h11.IDLE:  # ready for the next request's head
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:

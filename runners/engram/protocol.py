@@ -34,6 +34,20 @@ class APIError(Exception):
                           "code": self.code}}
 
 
+def json_object(body: bytes) -> dict:
+    """The request body as a JSON object, else a 400 (json's parser recurses: nesting past
+    about a thousand levels ends it in RecursionError)."""
+    try:
+        data = json.loads(body)
+    except RecursionError:
+        raise APIError(400, "the request body nests JSON too deeply to parse") from None
+    except ValueError:
+        raise APIError(400, "the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    return data
+
+
 def reject_unsupported(data: dict) -> None:
     """A 400 for the first parameter that asks for what this server does not do."""
     for name, neutral in NEUTRAL.items():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from common import stats_keys
 from runners.engram import os_io, table_file
 from runners.engram.compression import compression_map
 from runners.engram.config import ModelConfig, preset
@@ -259,37 +260,40 @@ class Runtime:
 
         disk_since = None if read is None or read0 is None else read - read0
         hit_rate = None
-        if disk_since is not None and t["pages_requested"]:
-            hit_rate = max(0.0, 1 - disk_since / PAGE / t["pages_requested"])
+        if disk_since is not None and t[stats_keys.PAGES_REQUESTED]:
+            hit_rate = max(0.0, 1 - disk_since / PAGE / t[stats_keys.PAGES_REQUESTED])
         return {
             "model": self.cfg.name, "device": str(self.device),
-            "placement": self.options.placement,
-            "io_mode": self.options.io_mode if self.nvme else None,
-            "cache_state": self.cache_state, "decode": self.options.decode,
+            stats_keys.PLACEMENT: self.options.placement,
+            stats_keys.IO_MODE: self.options.io_mode if self.nvme else None,
+            stats_keys.CACHE_STATE: self.cache_state, stats_keys.DECODE: self.options.decode,
             "page_reads": (self.options.page_reads
                            if self.nvme and self.options.io_mode == "mmap" else None),
             "prefetch": self.options.prefetch, "table_path": str(self.table.path),
-            "uptime_s": time.monotonic() - self._started,
-            "table_bytes": self.table.data_bytes, "table_budget_bytes": self.table_budget,
-            "cache_ratio": (self.table_budget / self.table.data_bytes
-                            if self.table_budget is not None else None),
+            stats_keys.UPTIME_S: time.monotonic() - self._started,
+            stats_keys.TABLE_BYTES: self.table.data_bytes,
+            stats_keys.TABLE_BUDGET_BYTES: self.table_budget,
+            stats_keys.CACHE_RATIO: (self.table_budget / self.table.data_bytes
+                                     if self.table_budget is not None else None),
             "weight_bytes": self.weight_bytes,
-            "tokens": tokens, "prefill_tokens": e.prefill_tokens,
+            stats_keys.TOKENS: tokens, "prefill_tokens": e.prefill_tokens,
             "decode_tokens": e.decode_tokens, "steps": e.steps,
             "prefill_steps": e.prefill_steps, "decode_steps": e.decode_steps,
-            "step_ms": e.step_ms, "prefill_step_ms": e.prefill_step_ms,
-            "decode_step_ms": e.decode_step_ms, "compute_ms": e.compute_ms,
-            "engram_wait_ms": wait,
-            "engram_wait_ms_by_layer": {str(k): v for k, v in
-                                        dict(e.engram_wait_ms_by_layer).items()},
-            "hash_ms": e.hash_ms, "sample_ms": e.sample_ms, "emit_ms": e.emit_ms,
+            stats_keys.STEP_MS: e.step_ms, "prefill_step_ms": e.prefill_step_ms,
+            "decode_step_ms": e.decode_step_ms, stats_keys.COMPUTE_MS: e.compute_ms,
+            stats_keys.ENGRAM_WAIT_MS: wait,
+            stats_keys.ENGRAM_WAIT_MS_BY_LAYER: {str(k): v for k, v in
+                                                 dict(e.engram_wait_ms_by_layer).items()},
+            stats_keys.HASH_MS: e.hash_ms, stats_keys.SAMPLE_MS: e.sample_ms,
+            stats_keys.EMIT_MS: e.emit_ms,
             **t,
-            "disk_read_bytes": read, "page_faults_major": major, "page_faults_minor": minor,
-            "blockdev_reads": block.reads if block else None,
-            "blockdev_read_ms": block.read_ms if block else None,
+            stats_keys.DISK_READ_BYTES: read, stats_keys.PAGE_FAULTS_MAJOR: major,
+            stats_keys.PAGE_FAULTS_MINOR: minor,
+            stats_keys.BLOCKDEV_READS: block.reads if block else None,
+            stats_keys.BLOCKDEV_READ_MS: block.read_ms if block else None,
             "blockdev_busy_ms": block.busy_ms if block else None,
             **self.store.residency(),
-            "bytes_requested_per_token": per_token(t["bytes_requested"]),
+            "bytes_requested_per_token": per_token(t[stats_keys.BYTES_REQUESTED]),
             "disk_read_bytes_per_token": per_token(disk_since),
             "major_faults_per_token": per_token(major - major0),
             "stall_fraction": wait / e.step_ms if e.step_ms else None,

@@ -103,6 +103,11 @@ class Serving:
         if max_tokens <= 0:
             raise APIError(400, f"max_tokens must be at least 1, not {max_tokens}",
                            param="max_tokens")
+        if req.min_tokens > max_tokens:
+            default = req.max_tokens is None and req.max_completion_tokens is None
+            raise APIError(400, f"min_tokens {req.min_tokens} exceeds max_tokens {max_tokens}"
+                           + (" (the default, as max_tokens was not given)" if default else ""),
+                           param="min_tokens")
         if len(ids) >= self.max_seq:
             raise APIError(400, f"the prompt has {len(ids)} tokens; this model's context is "
                            f"{self.max_seq} tokens", param=field)
@@ -115,7 +120,7 @@ class Serving:
                            f"({len(ids)} prompt + {max_tokens} max_tokens) but this server's "
                            f"whole KV pool holds {blocks.pool_tokens} tokens",
                            param="max_tokens")
-        params = SamplingParams(max_tokens=max_tokens, min_tokens=min(req.min_tokens, max_tokens),
+        params = SamplingParams(max_tokens=max_tokens, min_tokens=req.min_tokens,
                                 ignore_eos=req.ignore_eos, temperature=req.temperature,
                                 top_p=req.top_p, seed=req.seed)
         return Sequence(f"cmpl-{next(_ids)}", ids, params)

@@ -1,6 +1,7 @@
 """The shape of what the bundled server measures: `Runtime.stats()` builds it, `/stats` sends
 it as JSON and `/metrics` renders it (exposition.py). Each name carries its unit, and says
-whether it is kernel or wire truth or the server's own arithmetic (`*_requested`)."""
+whether it is kernel or wire truth or the server's own arithmetic (`*_requested`). The
+names read outside the server (by the harness and the explorer) are common/stats_keys.py's."""
 
 from __future__ import annotations
 

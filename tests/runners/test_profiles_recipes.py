@@ -2,11 +2,12 @@ import json
 
 import pytest
 
-from engram_bench.cli import build_parser, config_for
+from engram_bench.parser import build_parser
+from engram_bench.run_config import config_for
 from harness.results.store import Store
 from runners import recipes
 from runners.profiles import PROFILES, profile
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_every_table_placement_has_a_device_that_stands_for_it():

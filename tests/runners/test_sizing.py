@@ -5,7 +5,7 @@ import json
 import pytest
 
 from runners.sizing import size
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_full_qwen_checkpoint_fits_neither_spark_nor_rtx_in_memory():

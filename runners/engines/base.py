@@ -1,0 +1,55 @@
+"""What a managed engine is: a server `run --device` starts itself (the bundled Engram server,
+vLLM ...), each engine one module of this package, named in its registry (runners.engines).
+An engine declares its name, what it needs installed, the server args a run stores, which
+stored args are its own, and how its server is started and stopped."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from runners.lifecycle import ManagedServer
+from runners.profiles import DeviceProfile
+
+Say = Callable[[str], None]
+
+
+class EngineFlagError(ValueError):
+    """A run flag that sets up another engine than the one chosen; one sentence."""
+
+
+class ManagedEngine:
+    """A managed engine. `flags`: the `run` flags (argparse dests) that set up this engine
+    only, refused with any other; `extra`: the engram-bench extra this process needs to start
+    it (None: it brings its own install, made on first start)."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]  # its part of --bundled's help
+    title: ClassVar[str]  # how a sentence names it
+    flags: ClassVar[tuple[str, ...]] = ()
+    extra: ClassVar[str | None] = None
+
+    def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
+        """What a run stores to start (and, resumed, start again) this engine's server; led
+        by its name, so `owns` knows them again."""
+        raise NotImplementedError
+
+    def table_placement(self, args: argparse.Namespace, device: DeviceProfile) -> str:
+        """The table placement a run records (none for an engine without an Engram table)."""
+        return ""
+
+    def owns(self, server_args: Sequence[str]) -> bool:
+        """Whether a run's stored server args are this engine's."""
+        return tuple(server_args[:1]) == (self.name,)
+
+    def serve(self, server_args: Sequence[str],
+              say: Say) -> contextlib.AbstractContextManager[ManagedServer]:
+        """Set up (first use), start, yield the running server, stop; `say` prints progress."""
+        raise NotImplementedError
+
+    def given_flags(self, args: argparse.Namespace) -> list[str]:
+        """Its `flags` set on the command line, as the user typed them."""
+        return ["--" + dest.replace("_", "-") for dest in self.flags
+                if getattr(args, dest, None) is not None]

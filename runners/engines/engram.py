@@ -1,0 +1,50 @@
+"""The bundled Engram server (`python -m runners.engram`, `engram-bench serve`) as a managed
+engine: the default of `run --device`, started with the device's table placement."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from runners.engines.base import ManagedEngine, Say
+from runners.lifecycle import BundledServer, ManagedServer
+from runners.profiles import DeviceProfile
+
+
+class Engram(ManagedEngine):
+    name = "engram"
+    help = "the bundled Engram server"
+    title = "the bundled Engram server"
+    flags = ("placement", "io", "table_size_gb", "cache_ratio", "page_cache_gb", "cache_state",
+             "decode")
+    extra = "server"  # torch and the HTTP stack, in this process's environment
+
+    def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
+        """`engram-bench serve` flags; its decode defaults to replay here, and flags left
+        unset are not passed, so the server's own defaults hold."""
+        optional = (("--io", args.io), ("--table-size-gb", args.table_size_gb),
+                    ("--cache-ratio", args.cache_ratio), ("--page-cache-gb", args.page_cache_gb),
+                    ("--cache-state", args.cache_state), ("--decode", args.decode or "replay"))
+        return ("--device", device.name, "--preset", args.preset,
+                "--placement", self.table_placement(args, device),
+                *(item for flag, value in optional if value is not None
+                  for item in (flag, repr(value) if isinstance(value, float) else value)))
+
+    def table_placement(self, args: argparse.Namespace, device: DeviceProfile) -> str:
+        return args.placement or device.table_placement
+
+    def owns(self, server_args: Sequence[str]) -> bool:
+        """Its args are the server's own flags, unmarked (as runs have always stored them)."""
+        return bool(server_args) and server_args[0].startswith("-")
+
+    @contextlib.contextmanager
+    def serve(self, server_args: Sequence[str], say: Say) -> Iterator[ManagedServer]:
+        say(f"starting the bundled Engram server: {' '.join(server_args)}")
+        with BundledServer(server_args) as server:
+            say(f"bundled server up at {server.url} after {server.start_s:.1f} s "
+                f"(log {server.log_path})")
+            yield server
+
+
+ENGINE = Engram()

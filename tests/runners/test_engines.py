@@ -1,0 +1,100 @@
+"""The managed engines' registry: --bundled's choices and help, which engine a run's stored
+server args start (runs stored before engines were named included), another engine's flags
+refused, and an engine added to the registry alone serving a run end to end."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Sequence
+
+import pytest
+
+from engram_bench import cli
+from engram_bench.parser import build_parser
+from engram_bench.run_config import config_for
+from harness.config import StoredRun
+from harness.results.store import Store
+from runners import engines
+from runners.engines.base import EngineFlagError, ManagedEngine, Say
+from runners.lifecycle import ManagedServer
+from runners.profiles import DeviceProfile
+
+
+class Mock(ManagedEngine):
+    """The harness's mock server as a managed engine: one module and one registry line."""
+
+    name = "mock"
+    help = "the harness's mock server"
+    title = "the mock server"
+
+    def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
+        return (self.name, "--ttft-ms", "5", "--itl-ms", "1")
+
+    def serve(self, server_args: Sequence[str],
+              say: Say) -> contextlib.AbstractContextManager[ManagedServer]:
+        say("starting the mock server")
+        return ManagedServer([sys.executable, "-m", "harness.mock_server", *server_args[1:]],
+                             self.title, startup_timeout_s=60)
+
+
+def _config(tmp_path, *flags: str):
+    args = build_parser().parse_args(["run", *flags, "--db", str(tmp_path / "b.duckdb")])
+    return config_for(args, Store(tmp_path / "b.duckdb"))[0]
+
+
+def test_bundled_choices_are_the_registry_and_engram_is_the_default():
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    bundled = next(a for a in run._actions if a.dest == "bundled")
+    assert bundled.choices == tuple(engines.ENGINES) == ("engram", "vllm")
+    assert engines.DEFAULT is engines.ENGINES["engram"]
+
+
+@pytest.mark.parametrize("bundled", ["engram", "vllm"])
+def test_each_engines_stored_args_start_that_engine_again(tmp_path, bundled):
+    config = _config(tmp_path, "--device", "cpu", "--bundled", bundled)
+    assert engines.engine_of(config.server_args) is engines.ENGINES[bundled]
+
+
+def test_runs_stored_before_engines_were_named_resolve_as_they_did():
+    """Old runs stored the serve flags alone (the bundled server) or led by `vllm`."""
+    old_engram = ("--device", "spark", "--preset", "qwen-mini", "--placement", "nvme")
+    assert engines.engine_of(old_engram) is engines.ENGINES["engram"]
+    assert engines.engine_of(("vllm", "--max-num-seqs", "8")) is engines.ENGINES["vllm"]
+    with pytest.raises(engines.UnknownEngine, match="no engine of this version starts"):
+        engines.engine_of(("llama-server", "--ctx-size", "1024"))
+
+
+def test_the_engram_engines_flags_are_refused_with_another_engine(tmp_path):
+    with pytest.raises(EngineFlagError) as refused:
+        _config(tmp_path, "--device", "cpu", "--bundled", "vllm", "--io", "direct",
+                "--decode", "sample")
+    assert str(refused.value) == ("--io, --decode set up the bundled Engram server, not vLLM: "
+                                  "drop them or leave out --bundled vllm")
+
+
+def test_an_engine_added_to_the_registry_alone_serves_a_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # its log under results/logs here
+    monkeypatch.setitem(engines.ENGINES, "mock", Mock())
+    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "mock, the harness's mock server" in " ".join(run_help.split())
+    db = tmp_path / "b.duckdb"
+    try:
+        code = cli.main(["run", "--bundled", "mock", "--device", "cpu", "--levels", "1",
+                         "--rounds", "2", "--input-tokens", "16", "--output-tokens", "8",
+                         "--db", str(db), "--no-progress", "--json"])
+    finally:  # cmd_run installed its own
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+    assert code == 0
+    out = capsys.readouterr()
+    assert "starting the mock server" in out.err
+    summary = json.loads(out.out.strip().splitlines()[-1])
+    run = Store(db).run(summary["run_id"])
+    assert run.status == "complete"
+    config = StoredRun.from_json(run.config).config
+    assert config is not None and config.server_args[0] == "mock"
+    assert engines.engine_of(config.server_args).title == "the mock server"
