@@ -37,6 +37,10 @@ from harness.wire.sse import SSEDecoder
 _ERROR_BODY_LIMIT = 4096
 _PREVIEW_CHARS = 200  # of a 2xx body that is not an event stream, in its error message
 _GET_BODY_LIMIT = 16 * 1024 * 1024
+_DRAIN_S = 1.0  # a body may go on this long past its stream's [DONE] before it is cut off
+# how OpenSSL names a handshake answered by bytes that are no TLS record (plain HTTP, say)
+_NOT_TLS_REASONS = {"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE",
+                    "UNKNOWN_PROTOCOL", "HTTP_REQUEST"}
 
 
 class Clock:
@@ -50,6 +54,15 @@ class Clock:
 
     def wall(self, ns: int) -> float:
         return self.anchor_wall + (ns - self.anchor_ns) / 1e9
+
+
+class NotTLSError(ConnectionError):
+    """The TCP connection opened, but the TLS handshake met no TLS: no answer within the
+    connect timeout (`kind` connect_timeout) or another protocol's bytes (connect_error)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class WireError(Exception):
@@ -74,11 +87,13 @@ class _Exchange:
 
     `events` is None until the final head arrives, then whether the body is an event stream
     (decoded as it arrives) or a body to keep (up to `body_limit` bytes, for messages).
+    An event stream's answer is complete at its [DONE] (`done_ns`, when that arrived): the
+    exchange then ends as a success, at that time, however the body goes on or breaks off.
     """
 
     __slots__ = (
-        "body", "body_limit", "end_ns", "error", "events", "future", "parser", "received", "sse",
-        "stream",
+        "body", "body_limit", "done_ns", "drain", "end_ns", "error", "events", "future",
+        "parser", "received", "sse", "stream",
     )
 
     def __init__(
@@ -95,12 +110,17 @@ class _Exchange:
         self.error: tuple[str, str] | None = None
         self.received = False
         self.end_ns = 0
+        self.done_ns = 0
+        self.drain: asyncio.TimerHandle | None = None  # bounds the body's rest after [DONE]
 
     def finish(self, error: tuple[str, str] | None = None) -> None:
         """Called from the protocol callback, so `end_ns` is when the bytes arrived."""
+        if self.drain is not None:
+            self.drain.cancel()
+            self.drain = None
         if not self.future.done():
-            self.end_ns = time.perf_counter_ns()
-            self.error = error
+            self.end_ns = self.done_ns or time.perf_counter_ns()
+            self.error = None if self.done_ns else error
             self.future.set_result(None)
 
 
@@ -158,10 +178,12 @@ class _Connection(asyncio.Protocol):
                 ex.events = _is_event_stream(ex.parser)
             if body:
                 if ex.events:
-                    for payload in ex.sse.feed(body):
-                        ex.stream.add(payload, now_ns)
-                        if ex.stream.saw_done:
-                            break
+                    if not ex.done_ns:  # past [DONE] the body is only read to its end
+                        for payload in ex.sse.feed(body):
+                            ex.stream.add(payload, now_ns)
+                            if ex.stream.saw_done:
+                                ex.done_ns = now_ns
+                                break
                 else:
                     ex.body += body[: ex.body_limit - len(ex.body)]
         except ProtocolError as exc:
@@ -176,6 +198,19 @@ class _Connection(asyncio.Protocol):
             self.exchange = None
             if not ex.parser.keep_alive:
                 self.abort()
+            ex.finish()
+        elif ex.done_ns and ex.drain is None:
+            # the rest normally follows at once, and the connection is reused; a body that
+            # goes on is cut off (the answer's time is its [DONE]'s all the same)
+            ex.drain = asyncio.get_running_loop().call_later(_DRAIN_S, self._cut_off, ex)
+
+    def _cut_off(self, ex: _Exchange) -> None:
+        """The body went on past its [DONE] for `_DRAIN_S`: the answer is complete, the
+        connection mid-body no use for the next request."""
+        ex.drain = None
+        if self.exchange is ex:
+            self.exchange = None
+            self.abort()
             ex.finish()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -216,16 +251,39 @@ class ConnectionPool:
         self._ssl = endpoint.ssl_context()
 
     async def _open(self) -> _Connection:
-        """TimeoutError past `connect_timeout` (TCP and TLS handshake together), else OSError."""
+        """TimeoutError past `connect_timeout` (TCP and TLS handshake together), NotTLSError
+        when TCP connected but the handshake met no TLS, else OSError."""
         loop = asyncio.get_running_loop()
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(
-                _Connection, self.endpoint.host, self.endpoint.port, ssl=self._ssl
-            ),
+        deadline = loop.time() + self.connect_timeout
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(_Connection, self.endpoint.host, self.endpoint.port),
             self.connect_timeout,
         )
+        if self._ssl is not None:  # apart from the TCP connect, to tell its failures apart
+            try:
+                protocol.transport = cast(asyncio.Transport, await asyncio.wait_for(
+                    loop.start_tls(transport, protocol, self._ssl,
+                                   server_hostname=self.endpoint.host),
+                    max(deadline - loop.time(), 0)))
+            except BaseException as exc:
+                transport.abort()
+                raise self._not_tls(exc) or exc from None
         self._opened.add(protocol)
         return protocol
+
+    def _not_tls(self, exc: BaseException) -> NotTLSError | None:
+        """The handshake's failure said in terms of what answered it, where that is plain."""
+        where = f"{self.endpoint.authority} (https)"
+        if isinstance(exc, TimeoutError):
+            return NotTLSError("connect_timeout", (
+                f"{where} accepted the connection but did not answer the TLS handshake within "
+                f"{self.connect_timeout:g} s (connect timeout): a server that speaks plain "
+                "HTTP on that port waits so; if it does, use an http:// URL"))
+        if isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS_REASONS:
+            return NotTLSError("connect_error", (
+                f"{where} does not speak TLS: it answered the TLS handshake with something "
+                "else (plain HTTP?); use an http:// URL"))
+        return None
 
     def unread_bytes(self) -> int:
         """Received bytes waiting unread in every open connection (the loop is behind)."""
@@ -471,6 +529,8 @@ def _not_a_stream(parser: ResponseParser, body: bytes) -> str:
 
 def _connect_failure(exc: OSError, timeout: float) -> tuple[str, str]:
     """The error kind and one-line message for a connection that did not open."""
+    if isinstance(exc, NotTLSError):
+        return exc.kind, str(exc)
     if isinstance(exc, TimeoutError):
         return "connect_timeout", f"no connection within {timeout:g} s (connect timeout)"
     if isinstance(exc, ssl.SSLCertVerificationError):

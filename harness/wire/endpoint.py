@@ -4,11 +4,16 @@ Proxies are refused, not supported: the harness times every byte on its own conn
 proxy in the path would add its own queueing to TTFT. `check_proxies` turns a proxy variable
 that would apply to the target into one sentence for the user; loopback targets are exempt,
 since no proxy is ever meant for them.
+
+Credentials in a URL (`http://user:password@host/v1`) are refused, never sent: the harness
+authenticates with a bearer key (`--api-key`), and a refused URL is repeated without them, so a
+password typed there reaches no results file and no output.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +21,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+
+# the user-info part of a URL: what lies between the scheme's // (if any) and the last @ before
+# the path, query or fragment
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")
 
 
 class EndpointError(ValueError):
@@ -41,6 +50,13 @@ class Endpoint:
     prefix: str = field(init=False)
 
     def __post_init__(self) -> None:
+        if _USERINFO.match(self.base_url):
+            bare = _USERINFO.sub(r"\1", self.base_url, count=1)
+            raise EndpointError(
+                f"URL {bare!r} was given with credentials before its host (user:password@), "
+                "which engram-bench does not send: give the server's key with --api-key (or "
+                "OPENAI_API_KEY) and the URL without them"
+            )
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise EndpointError(
@@ -129,9 +145,12 @@ def _is_loopback(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1 (before Python 3.13: False)
+    return address.is_loopback
 
 
 def _no_proxy_covers(no_proxy: str, host: str, port: int) -> bool:

@@ -12,6 +12,7 @@ class ProtocolError(ValueError):
 
 
 _HEAD_LIMIT = 64 * 1024
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")  # int(x, 16) also takes "-5", "0x5", "1_0"
 
 
 class ResponseParser:
@@ -89,10 +90,9 @@ class ResponseParser:
                     raise ProtocolError("chunk size line too long")
                 return False
             size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
-            try:
-                self._chunk_left = int(size_text, 16)
-            except ValueError:
-                raise ProtocolError(f"bad chunk size {size_text[:20]!r}") from None
+            if not size_text or not _HEX_DIGITS.issuperset(size_text):
+                raise ProtocolError(f"bad chunk size {size_text[:20]!r}")
+            self._chunk_left = int(size_text, 16)
             del buf[: end + 2]
             self._state = "chunk_data" if self._chunk_left else "trailer"
             return True
@@ -150,10 +150,10 @@ class ResponseParser:
         elif "chunked" in self.headers.get("transfer-encoding", "").lower():
             self._mode, self._state = "chunked", "chunk_size"
         elif "content-length" in self.headers:
-            try:
-                self._body_left = int(self.headers["content-length"])
-            except ValueError:
-                raise ProtocolError("bad content-length") from None
+            length = self.headers["content-length"]
+            if not (length.isascii() and length.isdigit()):  # int() also takes "-5", "1_0"
+                raise ProtocolError(f"bad content-length {length[:20]!r}")
+            self._body_left = int(length)
             self._mode, self._state = "length", "body"
             self.done = self._body_left == 0
         else:

@@ -60,6 +60,8 @@ PROXY = "http://proxy.corp:3128"
         ("http://127.0.0.1:8000/v1", {"HTTP_PROXY": PROXY, "ALL_PROXY": PROXY}, None),
         ("http://localhost:8000/v1", {"HTTP_PROXY": PROXY}, None),
         ("http://[::1]:8000/v1", {"ALL_PROXY": PROXY}, None),
+        ("http://[::ffff:127.0.0.1]:8000/v1", {"HTTP_PROXY": PROXY}, None),  # IPv4-mapped
+        ("http://[::ffff:10.1.2.3]:8000/v1", {"HTTP_PROXY": PROXY}, "HTTP_PROXY"),
     ],
 )
 def test_proxy_variables_that_apply_are_refused(url, env, refused_by):

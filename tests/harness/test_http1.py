@@ -49,7 +49,13 @@ def test_eof_inside_chunked_body_is_not_done():
     "data",
     [b"SSH-2.0-OpenSSH\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n", b"HTTP/1.1 099 Low\r\n\r\n",
      b"HTTP/1.1 2000 Long\r\n\r\n",
-     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"],
+     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+     # a length int() reads but HTTP does not: negative, signed, 0x-prefixed, underscored
+     b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello",
+     b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n",
+     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\n",
+     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n"],
 )
 def test_garbage_is_a_protocol_error(data):
     with pytest.raises(ProtocolError):

@@ -26,7 +26,7 @@ from harness.results.server_metrics import (
 from harness.results.store import Store
 from harness.wire.endpoint import Endpoint
 from harness.wire.scraper import Scraper
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 INF = float("inf")

@@ -11,53 +11,23 @@ from collections.abc import Iterator
 import pytest
 
 from harness.mock_server import MockConfig, ThreadedMockServer
-from harness.records import RequestRecord
 from harness.run import aio
-from harness.run.workload import payload
 from harness.wire import target
 from harness.wire.client import (
-    Clock,
     ConnectionPool,
     WireError,
     _Connection,
     _Exchange,
-    build_request,
     get,
-    stream_completion,
 )
 from harness.wire.endpoint import Endpoint
-from tests.harness.fixtures import CannedServer
-
-
-def send(url: str, *ids: str, output_tokens: int = 8, pool: ConnectionPool | None = None,
-         request_timeout: float = 10.0, stall_timeout: float | None = None,
-         **endpoint: object) -> list[RequestRecord]:
-    """Send the requests one after another on one pool (so later ones reuse a connection)."""
-    ep = Endpoint(url, **endpoint)
-
-    async def main() -> list[RequestRecord]:
-        conns = pool or ConnectionPool(ep, connect_timeout=2.0)
-        clock = Clock()
-        records = []
-        for request_id in ids:
-            body = payload("chat", "mock-model", "Hello there.", output_tokens, 0.0)
-            records.append(await stream_completion(
-                conns, build_request(ep, body, request_id),
-                RequestRecord(request_id, 1, 0, 0, 0.0), clock, request_timeout, stall_timeout))
-        conns.close()
-        return records
-
-    return aio.run(main())
+from tests.harness.fixtures import CannedServer, delta, send
 
 
 def sse_response(*events: bytes) -> bytes:
     body = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
     return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-
-
-def delta(content: str) -> bytes:
-    return b'{"choices":[{"index":0,"delta":{"content":"%s"}}]}' % content.encode()
 
 
 # --- no silent retry -------------------------------------------------------------------------
