@@ -1,4 +1,6 @@
-"""Pure chart builders: DataFrame in, plotly Figure out (no Streamlit, no I/O)."""
+"""Pure chart builders: DataFrame in, plotly Figure out (no Streamlit, no I/O). Names that
+come from a results file or a server (run labels, run ids, /stats keys) go in as plain text,
+through `_run_name` or `literal.plotly`."""
 
 from __future__ import annotations
 
@@ -7,11 +9,19 @@ from collections.abc import Collection
 import pandas as pd
 import plotly.graph_objects as go
 
+from explorer import literal
+
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf"]
 
 
 CONCURRENCY, USERS = "concurrency C", "users U"
+
+
+def _run_name(labels: dict[str, str], run_id: str) -> str:
+    """A run's legend name, shown as typed: its label (`explorer.ui.run_labels`, its parts
+    already short), else its id on one short line."""
+    return literal.plotly(labels[run_id] if run_id in labels else literal.shorten(str(run_id)))
 
 
 def level_title(run_ids: Collection[str], users: Collection[str]) -> str:
@@ -77,10 +87,11 @@ def metric_vs_c(levels: pd.DataFrame, y: str, target: float, target_label: str,
         published = "source" in frame and (frame["source"] == "published").all()
         letter = "U" if run_id in users else "C"
         if run_id in by_run:
-            _band(fig, by_run[run_id], color, str(run_id), str(run_id), letter)
+            _band(fig, by_run[run_id], color, literal.plotly(literal.shorten(str(run_id))),
+                  str(run_id), letter)
         fig.add_trace(go.Scatter(
             x=frame["concurrency"], y=frame[y], mode="lines+markers",
-            name=labels.get(run_id, run_id) + (" (users)" if run_id in users else ""),
+            name=_run_name(labels, run_id) + (" (users)" if run_id in users else ""),
             line={"color": color, "dash": "dot" if published else "solid"},
             marker={"size": [14 if p else 11 for p in probe], "color": color,
                     "line": {"color": color, "width": 2},
@@ -139,7 +150,7 @@ def figures_vs_c(levels: pd.DataFrame, columns: dict[str, str], y_title: str,
                 continue
             fig.add_trace(go.Scatter(
                 x=frame["concurrency"], y=frame[column], mode="lines+markers",
-                name=f"{labels.get(run_id, run_id)}: {name}",
+                name=f"{_run_name(labels, run_id)}: {name}",
                 line={"color": PALETTE[i % len(PALETTE)], "dash": dashes[k % len(dashes)]},
                 hovertemplate=letter + "=%{x}<br>%{y:.2f}<extra>%{fullData.name}</extra>"))
     _mark_client_bound(fig, levels, list(columns))
@@ -212,7 +223,7 @@ def server_metric_vs_c(figures: pd.DataFrame, column: str, y_title: str,
         frame = frame.sort_values("concurrency")
         fig.add_trace(go.Scatter(
             x=frame["concurrency"], y=frame[column], mode="lines+markers",
-            name=labels.get(run_id, run_id), line={"color": PALETTE[i % len(PALETTE)]},
+            name=_run_name(labels, run_id), line={"color": PALETTE[i % len(PALETTE)]},
             hovertemplate="C=%{x}<br>%{y:.3g}<extra>%{fullData.name}</extra>"))
     _log2_axis(fig, figures["concurrency"])
     fig.update_layout(yaxis_title=y_title, legend={"orientation": "h", "y": -0.25},
@@ -260,7 +271,8 @@ def step_breakdown(parts: pd.DataFrame) -> go.Figure:
     levels = [str(c) for c in sorted(parts["concurrency"].unique())]
     for i, (part, frame) in enumerate(parts.groupby("part", sort=False)):
         fig.add_trace(go.Bar(
-            x=frame["concurrency"].astype(str), y=frame["share"] * 100, name=part,
+            x=frame["concurrency"].astype(str), y=frame["share"] * 100,
+            name=literal.plotly(literal.shorten(str(part))),
             marker_color="#bbbbbb" if part == "unaccounted" else PALETTE[i % len(PALETTE)],
             customdata=frame["ms"],
             hovertemplate="C=%{x}<br>%{y:.1f}% of step time<br>%{customdata:,.0f} ms"
@@ -294,7 +306,7 @@ def percent_difference(levels: pd.DataFrame, baseline: str, labels: dict[str, st
     fig = go.Figure()
     for i, (run_id, frame) in enumerate(diff.groupby("run_id", sort=False)):
         color = PALETTE[(i + 1) % len(PALETTE)]
-        name = labels.get(run_id, run_id)
+        name = _run_name(labels, run_id)
         fig.add_trace(go.Bar(x=frame["concurrency"].astype(str), y=frame["tps_diff_pct"],
                              name=f"TPS: {name}", marker_color=color))
         fig.add_trace(go.Bar(x=frame["concurrency"].astype(str), y=frame["ttft_diff_pct"],
@@ -349,7 +361,7 @@ def metric_vs_rate(levels: pd.DataFrame, y: str, target: float, target_label: st
                else [None] * len(frame))
         color = PALETTE[i % len(PALETTE)]
         fig.add_trace(go.Scatter(
-            x=rates, y=frame[y], mode="lines+markers", name=labels.get(run_id, run_id),
+            x=rates, y=frame[y], mode="lines+markers", name=_run_name(labels, run_id),
             line={"color": color},
             marker={"size": 11, "color": color, "line": {"color": color, "width": 2},
                     "symbol": [("x" if g else "circle") + ("" if k else "-open")
@@ -382,7 +394,7 @@ def duty_cycle_vs_users(levels: pd.DataFrame, target: float | None, labels: dict
         frame = frame.sort_values("concurrency")
         fig.add_trace(go.Scatter(
             x=frame["concurrency"], y=frame["duty_cycle"], mode="lines+markers",
-            name=labels.get(run_id, run_id), line={"color": PALETTE[i % len(PALETTE)]},
+            name=_run_name(labels, run_id), line={"color": PALETTE[i % len(PALETTE)]},
             hovertemplate="U=%{x}<br>duty cycle %{y:.2f}<extra>%{fullData.name}</extra>"))
     if target is not None:
         fig.add_hline(y=target, line={"color": "grey", "dash": "dash"},

@@ -10,7 +10,6 @@ retries while a bench is committing a round. Query results are cached per file v
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Collection
 from pathlib import Path
@@ -18,12 +17,14 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from explorer import literal
 from harness.config import StoredRun
 from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.goodput import Slo
-from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity
+from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity, level_key
 from harness.results.report import level_intervals
+from harness.results.run_row import RunRow
 from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.results.store import DEFAULT_DB, Store, StoreError
 from harness.results.users import paired_closed_run
@@ -38,17 +39,19 @@ def db_path() -> Path:
 
 
 def unreadable(path: Path) -> str | None:
-    """Why the results file cannot be read, in one sentence; None when it can (or is absent,
-    which the pages explain themselves)."""
+    """Why the results file cannot be read, in one sentence of markdown (the path and the
+    store's words shown as typed); None when it can (or is absent, which the pages explain
+    themselves)."""
     if not path.exists():
         return None
     if path.is_dir():
-        return f"{path} is a folder, not a results file: open a file with `make explore DB=path`"
+        return (f"{literal.markdown(str(path))} is a folder, not a results file: open a file "
+                "with `make explore DB=path`")
     try:
         with Store(path, lock_timeout_s=10).read_only() as con:
             con.execute("SELECT 1")
     except StoreError as exc:
-        return f"{exc}: open another file with `make explore DB=path`"
+        return f"{literal.markdown(str(exc))}: open another file with `make explore DB=path`"
     return None
 
 
@@ -187,15 +190,6 @@ def first_round_vs_rest(path: Path, run_id: str) -> pd.DataFrame:
         GROUP BY ALL ORDER BY concurrency, rounds""", [run_id])
 
 
-PAGE_BYTES = 4096
-# Older bundled servers named two counters differently; each measured the same thing, so runs
-# recorded with them keep their figures (a key that is present but null never falls back).
-LEGACY_KEYS = {"bytes_requested": "engram_bytes_read", "engram_wait_ms": "stall_ms"}
-STEP_PARTS = (("compute_ms", "compute"), ("engram_wait_ms", "Engram wait"),
-              ("hash_ms", "hash/submit"), ("sample_ms", "sample"), ("emit_ms", "emit"))
-UNACCOUNTED = "unaccounted"
-
-
 def server_stats(path: Path, run_id: str) -> list[tuple[int, int, dict, dict]]:
     """Per pass of a level (concurrency, repeat), the server's /stats snapshots before and
     after it ({} where it gave none)."""
@@ -209,125 +203,6 @@ def server_stats(path: Path, run_id: str) -> list[tuple[int, int, dict, dict]]:
 def _snapshot(text: str | None) -> dict:
     value = json.loads(text or "null")
     return value if isinstance(value, dict) else {}
-
-
-def _number(stats: dict, key: str) -> float | None:
-    """A finite number, or None: missing, null (not measurable there) or not a number."""
-    if key not in stats:
-        key = LEGACY_KEYS.get(key, key)
-    value = stats.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _text(stats: dict, key: str) -> str | None:
-    value = stats.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _delta(before: dict, after: dict, key: str) -> float | None:
-    """A counter's growth over the level; None when an end is unknown or the counter went
-    back (the server restarted in between), so no figure is made up."""
-    start, end = _number(before, key), _number(after, key)
-    if start is None or end is None or end < start:
-        return None
-    return end - start
-
-
-def _per(value: float | None, per: float | None) -> float | None:
-    return None if value is None or not per else value / per
-
-
-def level_counters(before: dict, after: dict) -> dict[str, float | str | None]:
-    """One level's figures from its /stats snapshots: rates are deltas over the level, sizes
-    are the gauges after it; None wherever a source is missing or null."""
-    def delta(key: str) -> float | None:
-        return _delta(before, after, key)
-
-    tokens, uptime = delta("tokens"), delta("uptime_s")
-    disk, pages = delta("disk_read_bytes"), delta("pages_requested")
-    hit = None if disk is None or not pages else min(1.0, max(0.0, 1 - disk / PAGE_BYTES / pages))
-    busy_ms_per_s = _per(delta("blockdev_read_ms"), uptime)
-    resident = _number(after, "table_resident_bytes")
-    peak = _number(after, "table_resident_peak_bytes")
-    budget = _number(after, "table_budget_bytes")
-    return {
-        "tokens": tokens,
-        "disk_bytes_per_token": _per(disk, tokens),
-        "requested_bytes_per_token": _per(delta("bytes_requested"), tokens),
-        "page_hit_rate": hit,
-        "major_faults_per_token": _per(delta("page_faults_major"), tokens),
-        "minor_faults_per_token": _per(delta("page_faults_minor"), tokens),
-        "engram_stall": _per(delta("engram_wait_ms"), delta("step_ms")),
-        "gather_cpu_ms_per_token": _per(delta("gather_cpu_ms"), tokens),
-        "read_iops": _per(delta("blockdev_reads"), uptime),
-        "read_queue_depth": None if busy_ms_per_s is None else busy_ms_per_s / 1000,
-        "resident_bytes": resident,
-        "resident_peak_bytes": peak,
-        "budget_bytes": budget,
-        "resident_of_budget": _per(resident, budget),
-        "peak_of_budget": _per(peak, budget),
-        "mapping_rss_bytes": _number(after, "table_mapping_rss_bytes"),
-        "counted_resident_bytes": _number(after, "mapping_resident_bytes"),
-        **{key: _text(after, key) for key in ("placement", "io_mode", "cache_state", "decode")},
-    }
-
-
-def step_breakdown(before: dict, after: dict) -> dict[str, float]:
-    """Where the level's engine step time went (ms): each timed part, the Engram wait per
-    layer when there are several, and the remainder as `unaccounted`, so the parts sum to
-    the step time. Empty when the step time or every part is unknown."""
-    parts: dict[str, float] = {}
-    for key, name in STEP_PARTS:
-        layers = _wait_by_layer(before, after) if key == "engram_wait_ms" else {}
-        if len(layers) > 1:
-            parts.update(layers)
-        elif (ms := _delta(before, after, key)) is not None:
-            parts[name] = ms
-    step = _delta(before, after, "step_ms")
-    if not step or not parts:
-        return {}
-    return {**parts, UNACCOUNTED: step - sum(parts.values())}
-
-
-def _wait_by_layer(before: dict, after: dict) -> dict[str, float]:
-    """The Engram wait per layer, ordered by layer; empty unless every layer's delta is known."""
-    start, end = before.get("engram_wait_ms_by_layer"), after.get("engram_wait_ms_by_layer")
-    if not isinstance(start, dict) or not isinstance(end, dict):
-        return {}
-    out = {}
-    for layer in sorted(end, key=lambda k: (len(k), k)):
-        ms = _delta(start, end, layer)
-        if ms is None:
-            return {}
-        out[f"Engram wait L{layer}"] = ms
-    return out
-
-
-def counters_frame(stats: list[tuple[int, int, dict, dict]]) -> pd.DataFrame:
-    """`level_counters` per pass of a level (a `repeat` column); passes whose snapshots give
-    no number at all (a server whose /stats is not the bundled one's) are left out."""
-    rows = []
-    for concurrency, repeat, before, after in stats:
-        figures = level_counters(before, after)
-        if any(isinstance(v, int | float) for v in figures.values()):
-            rows.append({"concurrency": concurrency, "repeat": repeat, **figures})
-    return pd.DataFrame(rows)
-
-
-def breakdown_frame(stats: list[tuple[int, int, dict, dict]]) -> pd.DataFrame:
-    """`step_breakdown` per level in long form, with each part's share of the step time; a
-    level run in several passes (`--repeat`) shows their mean."""
-    rows = [{"concurrency": concurrency, "part": part, "ms": ms}
-            for concurrency, _, before, after in stats
-            for part, ms in step_breakdown(before, after).items()]
-    if not rows:
-        return pd.DataFrame(columns=["concurrency", "part", "ms", "share"])
-    frame = (pd.DataFrame(rows).groupby(["concurrency", "part"], sort=False, as_index=False)
-             ["ms"].mean())
-    frame["share"] = frame["ms"] / frame.groupby("concurrency")["ms"].transform("sum")
-    return frame
 
 
 # level_figures key: (readable name, number format), in the order tables show them
@@ -472,24 +347,28 @@ def _duty_at(levels_frame: pd.DataFrame, run_id: str, users: int) -> float | Non
     return float(rows.iloc[0]) if len(rows) else None
 
 
-USERS_CHECK_COLUMNS = ["run_id", "concurrency", "think_mean_ms", "response_time_law_error_pct",
+USERS_CHECK_COLUMNS = ["run_id", "concurrency", "lead_in_cycles", "think_mean_ms",
+                       "response_time_law_error_pct",
                        "steady_state", "steady_state_note", "within_noise", "in_flight_mean",
                        "in_flight_sd"]
 
 
 def users_checks(path: Path, run_id: str, targets: Targets) -> pd.DataFrame:
     """Per level of a users run, the summary's own checks (harness.results.users.level_checks):
-    the mean think Z, the response-time law's error, steady state (and why not), whether the
-    level's interval holds a target, and the requests in flight (mean and spread over time)."""
+    the lead-in's requests per user, the mean think Z, the response-time law's error, steady
+    state (and why not), whether the level's interval holds a target, and the requests in
+    flight (mean and spread over time)."""
     store = Store(path, lock_timeout_s=10)
     records = store.requests(run_id)
-    config = StoredRun.from_json(store.run(run_id)["config"]).config
+    config = StoredRun.from_json(store.run(run_id).config).config
     if config is None or not records:
         return pd.DataFrame(columns=USERS_CHECK_COLUMNS)
     ttft, tps = level_intervals(records)
-    checks = users.level_checks(records, config, targets, tps, ttft)
+    lead_ins = store.lead_ins(run_id)
+    checks = users.level_checks(records, config, targets, tps, ttft, lead_ins)
     zs = store.user_levels(run_id)
     return pd.DataFrame([{"run_id": run_id, "concurrency": c,
+                          "lead_in_cycles": lead_ins[c].cycles(c) if c in lead_ins else None,
                           "think_mean_ms": zs.get(c, check.steady.think_mean_ms),
                           "response_time_law_error_pct": check.steady.law_error_pct,
                           "steady_state": check.steady.flag is None,
@@ -512,12 +391,12 @@ def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, 
     newest complete closed run of the same setup, harness.results.users) or None."""
     if runs_frame.empty:
         return {}
-    records = runs_frame.to_dict("records")
+    rows = [RunRow.from_mapping(r) for r in runs_frame.to_dict("records")]
     out = {}
-    for run in records:
-        if run["mode"] == "users" and run["run_id"] in run_ids:
-            paired = paired_closed_run(records, run)
-            out[run["run_id"]] = None if paired is None else paired["run_id"]
+    for run in rows:
+        if level_key(run.mode) == "U" and run.run_id in run_ids:
+            paired = paired_closed_run(rows, run)
+            out[run.run_id] = None if paired is None else paired.run_id
     return out
 
 
@@ -553,10 +432,11 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
         if max_c is None:
             line += f"; {NO_PAIRED_RUN}"
         elif factor is None:
-            line += f"; no users per C known to estimate from Max C {max_c} (run {paired})"
+            line += (f"; no users per C known to estimate from Max C {max_c} "
+                     f"(run {literal.shorten(str(paired))})")
         else:
             estimate = f"Max C {max_c} {how} = {estimated}"
-            line += f"; estimate {estimate} (run {paired})"
+            line += f"; estimate {estimate} (run {literal.shorten(str(paired))})"
         rows.append({"run_id": run_id, "max_users": cap.max_c, "duty_cycle": duty,
                      "estimated_users": estimated, "estimate": estimate, "paired_run": paired,
                      "factor": how, "paired_max_c": max_c,

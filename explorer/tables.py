@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Literal
 import pandas as pd
 import streamlit as st
 
+from explorer import literal
+from harness.results.metrics import LEVEL_FIGURES, figure_names
+
 if TYPE_CHECKING:
     from streamlit.elements.lib.column_types import ColumnConfig
 
@@ -66,6 +69,7 @@ COLUMNS: dict[str, Column] = {
     "users": Column("users", "number", COUNT),
     "duty_cycle": Column("duty cycle (measured)", "number", "%.2f"),
     "think_mean_ms": Column("think Z (ms)", "number", "%.0f"),
+    "lead_in_cycles": Column("lead-in per user", "number", "%.1f"),
     "response_time_law_error_pct": Column("response-time law error (%)", "number", "%+.1f"),
     "steady_state": Column("steady state", "check", None),
     "steady_state_note": Column("why not steady", "text", None, "large"),
@@ -75,46 +79,13 @@ COLUMNS: dict[str, Column] = {
     "uncertain": Column("levels within noise", "text", None),
     "unsteady": Column("not in steady state", "text", None),
     "mean_cached_tokens": Column("cached tokens", "number", MEAN_COUNT),
-    # levels
-    "concurrency": Column("C", "number", COUNT),
-    "rate": Column("rate (req/s)", "number", "%.2f"),
+    # levels: beside each LevelStats figure (its own column follows from its declaration)
     "passes": Column("passes", "check"),
     "probe": Column("probe", "check"),
     "fails_because": Column("fails because"),
-    "requests": Column("requests", "number", COUNT),
-    "errors": Column("errors", "number", COUNT),
-    "short_outputs": Column("short outputs", "number", COUNT),
-    "mean_ttft_ms": Column("mean TTFT (ms)", "number", MS),
-    "p50_ttft_ms": Column("p50 TTFT (ms)", "number", MS),
-    "p90_ttft_ms": Column("p90 TTFT (ms)", "number", MS),
-    "p99_ttft_ms": Column("p99 TTFT (ms)", "number", MS),
-    "mean_tps": Column("mean TPS (tok/s)", "number", TOKS),
-    "p50_tps": Column("TPS p50 (tok/s)", "number", TOKS),
-    "p10_tps": Column("TPS p10 (tok/s)", "number", TOKS),
-    "p1_tps": Column("TPS p1 (tok/s)", "number", TOKS),
-    "throughput_tps": Column("throughput (tok/s)", "number", TOKS),
-    "mean_tpot_ms": Column("mean TPOT (ms/token)", "number", "%.2f"),
-    "p50_tpot_ms": Column("p50 TPOT (ms/token)", "number", "%.2f"),
-    "p90_tpot_ms": Column("p90 TPOT (ms/token)", "number", "%.2f"),
-    "p99_tpot_ms": Column("p99 TPOT (ms/token)", "number", "%.2f"),
-    "mean_itl_ms": Column("mean ITL (ms/token)", "number", "%.2f"),
-    "p50_itl_ms": Column("p50 ITL (ms/token)", "number", "%.2f"),
-    "p90_itl_ms": Column("p90 ITL (ms/token)", "number", "%.2f"),
-    "p99_itl_ms": Column("p99 ITL (ms/token)", "number", "%.2f"),
-    "mean_tokens_per_chunk": Column("tokens per chunk", "number", "%.2f"),
-    "tokens_per_chunk_estimated": Column("tokens per chunk estimated", "check"),
-    "goodput_share": Column("goodput (share meeting the SLO)", "number", "percent"),
-    "goodput_rps": Column("goodput (req/s)", "number", "%.2f"),
     "client_bound": Column("client-bound", "check"),
     "loop_lag_p99_ms": Column("harness loop lag p99 (ms)", "number", "%.2f"),
     "client_cpu_share": Column("harness CPU (of a core)", "number", "percent"),
-    "p50_e2e_ms": Column("p50 E2E (ms)", "number", MS),
-    "p90_e2e_ms": Column("p90 E2E (ms)", "number", MS),
-    "p99_e2e_ms": Column("p99 E2E (ms)", "number", MS),
-    "mean_output_tokens": Column("output tokens", "number", MEAN_COUNT),
-    "mean_prompt_tokens": Column("prompt tokens", "number", MEAN_COUNT),
-    "p50_send_lag_ms": Column("p50 send lag (ms)", "number", "%.2f"),
-    "p99_send_lag_ms": Column("p99 send lag (ms)", "number", "%.2f"),
     "lag_limited": Column("send lag > 10 ms", "check"),
     # multi-turn runs: per turn of the conversations
     "turn": Column("turn", "number", COUNT),
@@ -128,22 +99,23 @@ COLUMNS: dict[str, Column] = {
     "ttft_diff_low": Column("TTFT diff low (%)", "number", "%+.1f%%"),
     "ttft_diff_high": Column("TTFT diff high (%)", "number", "%+.1f%%"),
     "ttft_verdict": Column("TTFT verdict"),
+    **{name: Column(fig.title, "number" if fig.format else "check", fig.format)
+       for name, fig in LEVEL_FIGURES.items() if fig.explorer},
 }
 
 # What a buyer came for leads every runs table and stays in view when it scrolls sideways;
 # the run id follows unpinned, or long published names would fill a narrow window on their own.
 RUN_PINNED = ("max_c", "chat_users", "agentic_users")
-LEVEL_COLUMNS = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttft_ms",
-                 "mean_tps", "p10_tps", "fails_because", "requests", "errors", "short_outputs",
-                 "p50_ttft_ms", "p90_ttft_ms", "p50_tps", "p1_tps", "throughput_tps",
-                 "mean_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
-                 "p50_itl_ms", "p90_itl_ms", "p99_itl_ms", "mean_tokens_per_chunk",
-                 "tokens_per_chunk_estimated", "p50_e2e_ms", "p90_e2e_ms", "p99_e2e_ms",
-                 "client_bound", "loop_lag_p99_ms", "client_cpu_share", "mean_output_tokens",
-                 "mean_prompt_tokens", "mean_cached_tokens", "p50_send_lag_ms",
-                 "p99_send_lag_ms")
+# a level's verdict and the figures judged lead; then every other LevelStats figure in its
+# order (harness.results.figure), the harness's self-check and the cached prompt tokens
+LEVEL_LEAD = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttft_ms",
+              "mean_tps", "p10_tps", "fails_because")
+LEVEL_COLUMNS = (*LEVEL_LEAD,
+                 *(c for c in (*figure_names("level", "explorer"),
+                               *figure_names("rate", "explorer")) if c not in LEVEL_LEAD),
+                 "client_bound", "loop_lag_p99_ms", "client_cpu_share", "mean_cached_tokens")
 # goodput per level under the SLO set on the Run page
-GOODPUT_COLUMNS = ("concurrency", "requests", "goodput_share", "goodput_rps")
+GOODPUT_COLUMNS = ("concurrency", "requests", *figure_names("slo", "explorer"))
 
 # a rate run's levels (`run --mode rate`): keyed by the request rate, send lag up front
 RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps", "p10_tps",
@@ -154,10 +126,10 @@ RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps
 
 # a users run's levels (`run --mode users`): keyed by the user count, duty cycle up front
 USERS_LEVEL_COLUMNS = ("users", "passes", "within_noise", "steady_state", "duty_cycle",
-                       "think_mean_ms", "response_time_law_error_pct", "in_flight_mean",
-                       "in_flight_sd", "steady_state_note", *(
-    c for c in LEVEL_COLUMNS if c not in ("concurrency", "rate", "passes", "probe",
-                                          "p50_send_lag_ms", "p99_send_lag_ms")))
+                       "lead_in_cycles", "think_mean_ms", "response_time_law_error_pct",
+                       "in_flight_mean", "in_flight_sd", "steady_state_note", *(
+    c for c in LEVEL_COLUMNS
+    if c not in ("concurrency", "passes", "probe", *figure_names("rate", "explorer"))))
 
 # a multi-turn run's turns: the context each turn sent and what the server had cached of it
 TURN_COLUMNS = ("concurrency", "users", "turn", "mean_prompt_tokens", "mean_cached_tokens",
@@ -166,9 +138,16 @@ TURN_COLUMNS = ("concurrency", "users", "turn", "mean_prompt_tokens", "mean_cach
 
 def human(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """The chosen columns that the frame has, in that order, under their human names; columns
-    with no value at all (a published run's percentiles, a closed run's rate) are left out."""
+    with no value at all (a published run's percentiles, a closed run's rate) are left out.
+    Text cells are cut to `literal.CELL_CHARS` on one line (a results file may hold any run id
+    or label)."""
     present = [c for c in columns if c in frame and frame[c].notna().any()]
-    return frame[present].rename(columns={c: COLUMNS[c].label for c in present})
+    shown = frame[present].copy()
+    for c in present:
+        if COLUMNS[c].kind == "text":
+            shown[c] = [literal.shorten(v, literal.CELL_CHARS) if isinstance(v, str) else v
+                        for v in shown[c]]
+    return shown.rename(columns={c: COLUMNS[c].label for c in present})
 
 
 def _config(column: Column, pinned: bool) -> ColumnConfig:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from explorer import data
-from harness.results.metrics import Targets
+from explorer import data, literal
+from harness.results.metrics import Targets, level_key
 
 MEASURED = "measured"
 
@@ -87,8 +87,8 @@ def levels_for(run_ids: list[str]) -> pd.DataFrame:
     order = {r: i for i, r in enumerate(run_ids)}
     out = pd.concat(frames, ignore_index=True)
     runs = measured_runs()
-    users_ids = set(runs[runs["mode"] == "users"]["run_id"]) & set(measured) if "mode" in runs \
-        else set()
+    users_ids = set(runs[runs["mode"].map(level_key) == "U"]["run_id"]) & set(measured) \
+        if "mode" in runs else set()
     if users_ids:  # the steady-state and noise checks of each users level, as the summary's
         checks = pd.concat([_users_checks(str(path), version, r, targets())
                             for r in sorted(users_ids)], ignore_index=True)
@@ -122,14 +122,16 @@ def users_for(run_ids: list[str]) -> pd.DataFrame:
 
 
 def run_labels() -> dict[str, str]:
-    """Every selectable run: measured ones first (newest first), then the published ones."""
+    """Every selectable run: measured ones first (newest first), then the published ones. A
+    label is plain text (its parts shortened), for choosers as it is; a markdown element takes
+    it through `literal.markdown`, a chart through `literal.plotly`."""
     labels = {}
     for row in measured_runs().to_dict("records"):
         parts = [row["run_id"], row["device"] or "-", row["model"] or "-",
                  f"table {row['table_placement'] or '-'}"]
         if isinstance(row["label"], str) and row["label"]:  # NULL (NaN here) when unset
             parts.append(row["label"])
-        labels[row["run_id"]] = " · ".join(parts)
+        labels[row["run_id"]] = " · ".join(literal.shorten(str(p)) for p in parts)
     for run_id in published()[0]["run_id"]:
         labels[run_id] = f"published · {run_id}"
     return labels
@@ -139,10 +141,11 @@ def empty_state() -> bool:
     """True (after explaining how to make data) when there is no measured run to show."""
     path, version = database()
     if version is None or measured_runs().empty:
-        st.info(f"No measured runs in `{path}` yet. Make one with `make bench` (the bundled "
-                "Engram server) or `make bench URL=http://host:port/v1 MODEL=name`, or open "
-                "another file with `make explore DB=path`. The published reference runs are "
-                "on the **Published reference** page.")
+        st.info(f"No measured runs in {literal.markdown(str(path))} yet. Make one with "
+                "`make bench` (the bundled Engram server) or `make bench "
+                "URL=http://host:port/v1 MODEL=name`, or open another file with `make explore "
+                "DB=path`. The published reference runs are on the **Published reference** "
+                "page.")
         return True
     return False
 

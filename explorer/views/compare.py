@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from explorer import charts, data, tables, ui
+from explorer import charts, data, literal, tables, ui
 from harness.results.metrics import capacity
 
 
@@ -74,7 +74,7 @@ else:
                 levels, {"p50_e2e_ms": "E2E p50", "p99_e2e_ms": "E2E p99"},
                 "end-to-end latency (ms)", labels, user_runs), width="stretch")
         fig, _ = charts.percent_difference(levels, selected[0], labels, user_runs)
-        st.subheader(f"Difference against {labels[selected[0]]}")
+        st.subheader(f"Difference against {literal.markdown(labels[selected[0]])}")
         st.plotly_chart(fig, width="stretch")
         diff = data.differences(levels, _clusters(str(path), version, tuple(selected)),
                                 selected[0])
@@ -104,4 +104,4 @@ else:
                                                       labels), width="stretch")
             shown = set(figures.loc[figures[chosen].notna(), "run_id"])
             if without := [labels[r] for r in selected if r not in shown]:
-                st.caption(f"Not recorded for: {'; '.join(without)}.")
+                st.caption(f"Not recorded for: {literal.markdown('; '.join(without))}.")

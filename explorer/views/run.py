@@ -11,11 +11,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from explorer import charts, data, rate, tables, ui
+from explorer import charts, data, literal, rate, tables, ui
+from explorer.counters import breakdown_frame, counters_frame
 from harness.config import PROFILE_DUTY
 from harness.results import verdicts
 from harness.results.goodput import Slo
-from harness.results.metrics import capacity
+from harness.results.metrics import capacity, level_key
 
 # counters_frame column: (readable name, number format; None for text)
 COUNTERS = {
@@ -121,7 +122,7 @@ def show_users_headline(run_id: str, n_levels: int) -> None:
     """A users run's headline: Max users measured at its duty cycle beside the estimate from
     the paired closed run's Max C, and the users per Max C this hardware really gives."""
     row = ui.users_for([run_id]).iloc[0]
-    st.subheader(row["verdict"])
+    st.subheader(literal.markdown(row["verdict"]))
     duty = row["duty_cycle"]
     cols = st.columns(5)
     cols[0].metric("Max users (measured)", int(row["max_users"]),
@@ -133,14 +134,15 @@ def show_users_headline(run_id: str, n_levels: int) -> None:
         if row["paired_run"] is None:
             st.info(f"No estimate: {data.NO_PAIRED_RUN}. {data.GET_PAIRED_RUN}")
         return
+    paired = literal.markdown(literal.shorten(str(row["paired_run"])))
     cols[2].metric(f"estimate: Max C {row['factor']}", int(row["estimated_users"]),
-                   help=f"{row['estimate']}, from run {row['paired_run']}.")
+                   help=f"{row['estimate']}, from run {paired}.")
     factor = row["measured_factor"]
     cols[3].metric("users per Max C (measured)", "-" if pd.isna(factor) else f"{factor:.2f}")
     cols[4].metric("levels", n_levels)
     st.caption(f"Max users (measured) {int(row['max_users'])}"
                f"{'' if pd.isna(duty) else f' at duty cycle {duty:.2f}'}, beside the estimate "
-               f"{row['estimate']} from the closed run {row['paired_run']} of the same setup.")
+               f"{row['estimate']} from the closed run {paired} of the same setup.")
 
 
 TOKEN_FIGURES = {"mean_tpot_ms": "TPOT mean", "p99_tpot_ms": "TPOT p99",
@@ -230,7 +232,7 @@ else:
     else:
         targets = ui.targets()
         run = ui.run_row(run_id)
-        users = run.get("mode") == "users"  # run --mode users: a level is a user count U
+        users = level_key(run.get("mode")) == "U"  # a level is a user count U
         user_runs = {run_id} if users else set()
         judged = data.steady_levels(levels) if users else levels  # users: steady levels only
         points = data.points(judged, targets.statistic).get(run_id, [])
@@ -309,7 +311,7 @@ else:
                                                  "mean_tps", "mean TPS per request (tok/s)",
                                                  users), width="stretch")
             stats = data.server_stats(path, run_id)
-            counters = data.counters_frame(stats)
+            counters = counters_frame(stats)
             st.subheader("Server Engram counters per level")
             if counters.empty:
                 st.caption("The server recorded no Engram counters (not the bundled server).")
@@ -327,7 +329,7 @@ else:
                     column_config={label: st.column_config.NumberColumn(format=fmt)
                                    for key, (label, fmt) in COUNTERS.items()
                                    if fmt and key in shown})
-                parts = data.breakdown_frame(stats)
+                parts = breakdown_frame(stats)
                 if not parts.empty:
                     st.plotly_chart(charts.step_breakdown(parts), width="stretch")
             st.subheader("Server metrics per level")

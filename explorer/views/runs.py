@@ -5,7 +5,7 @@ estimate from a closed run's Max C."""
 
 import streamlit as st
 
-from explorer import data, rate, tables, ui
+from explorer import data, literal, rate, tables, ui
 
 RUN_COLUMNS = ("run_id", "verdict", "max_rate", "max_users", "estimated_users", "device",
                "engine", "model", "table_placement", "mode", "profile", "turns", "input_tokens",
@@ -18,7 +18,8 @@ if not ui.empty_state():
     chosen = {}
     for col, field in zip(cols, ("device", "engine", "model", "status"), strict=True):
         options = sorted(v for v in runs[field].dropna().unique() if v)
-        chosen[field] = col.multiselect(field, options, key=f"runs_{field}")
+        chosen[field] = col.multiselect(field, options, key=f"runs_{field}",
+                                        format_func=literal.shorten)
     shown = runs
     for field, values in chosen.items():
         if values:

@@ -21,6 +21,7 @@ from pathlib import Path
 from harness.config import RunConfig, StoredRun
 from harness.records import RequestRecord
 from harness.results.client_check import ClientCheck
+from harness.results.run_row import RunRow
 from harness.results.server_metrics import MetricRow
 from harness.results.store import Store
 from harness.results.token_timing import stream_timing
@@ -165,13 +166,13 @@ def build(path: Path) -> dict[str, str]:
     ids = {}
     for kind, placement in (("mem", "device"), ("nvme", "nvme")):
         run_id = f"fixture-{kind}"
-        store.create_run(run_id, {
-            "device": "spark", "engine": "engram-bench", "model": "qwen-mini",
-            "table_placement": placement, "target_url": "http://127.0.0.1:8000/v1",
-            "api": "chat", "mode": "closed", "levels": list(LEVELS), "rounds": 10,
-            "input_tokens": 128, "output_tokens": 128, "measured_input_tokens": 128,
-            "label": f"fixture {kind}", "config": json.dumps({"prompt_words": 118}),
-        })
+        store.create_run(RunRow(
+            run_id=run_id, device="spark", engine="engram-bench", model="qwen-mini",
+            table_placement=placement, target_url="http://127.0.0.1:8000/v1",
+            api="chat", mode="closed", levels=list(LEVELS), rounds=10,
+            input_tokens=128, output_tokens=128, measured_input_tokens=128,
+            label=f"fixture {kind}", config=json.dumps({"prompt_words": 118}),
+        ))
         store.write_requests(run_id, records(kind))
         for c in PROBES[kind]:  # as `run --search` does: the probe is recorded before it runs
             store.add_probe(run_id, c)
@@ -218,14 +219,14 @@ def rate_records(seed: int = 1, start: float = T0 + 5000) -> list[RequestRecord]
 
 def add_rate_run(store: Store) -> str:
     """Write the rate run into an initialised store; returns its run id."""
-    store.create_run(RATE_RUN, {
-        "device": "spark", "engine": "engram-bench", "model": "qwen-mini",
-        "table_placement": "device", "target_url": "http://127.0.0.1:8000/v1", "api": "chat",
-        "mode": "rate", "levels": [], "rounds": 1, "input_tokens": 128, "output_tokens": 128,
-        "measured_input_tokens": 128, "label": "fixture rate",
-        "config": stored(mode="rate", levels=(), rates=RATES, duration_s=RATE_DURATION_S,
-                         arrival="constant"),
-    })
+    store.create_run(RunRow(
+        run_id=RATE_RUN, device="spark", engine="engram-bench", model="qwen-mini",
+        table_placement="device", target_url="http://127.0.0.1:8000/v1", api="chat",
+        mode="rate", levels=[], rounds=1, input_tokens=128, output_tokens=128,
+        measured_input_tokens=128, label="fixture rate",
+        config=stored(mode="rate", levels=(), rates=RATES, duration_s=RATE_DURATION_S,
+                      arrival="constant"),
+    ))
     store.write_requests(RATE_RUN, rate_records())
     store.finish_run(RATE_RUN, "complete")
     return RATE_RUN
@@ -337,25 +338,25 @@ def turns_records(start: float = T0 + 12000) -> list[RequestRecord]:
 def add_users_runs(store: Store) -> dict[str, str]:
     """Write the paired closed run, the users run and the multi-turn run into an initialised
     store; returns {kind: run_id} for `paired`, `users` and `turns`."""
-    store.create_run(PAIRED_RUN, {
-        **USERS_SETUP, "mode": "closed", "levels": list(PAIRED_PROFILE), "rounds": 10,
-        "label": "fixture closed", "config": json.dumps({"prompt_words": 118})})
+    store.create_run(RunRow(
+        run_id=PAIRED_RUN, **USERS_SETUP, mode="closed", levels=list(PAIRED_PROFILE), rounds=10,
+        label="fixture closed", config=json.dumps({"prompt_words": 118})))
     store.write_requests(PAIRED_RUN, paired_records())
     store.finish_run(PAIRED_RUN, "complete")
-    store.create_run(USERS_RUN, {
-        **USERS_SETUP, "mode": "users", "levels": list(USERS_LEVELS), "rounds": USERS_REQUESTS,
-        "label": "fixture users",
-        "config": stored(mode="users", levels=USERS_LEVELS, rounds=USERS_REQUESTS,
-                         profile="chat")})
+    store.create_run(RunRow(
+        run_id=USERS_RUN, **USERS_SETUP, mode="users", levels=list(USERS_LEVELS),
+        rounds=USERS_REQUESTS, label="fixture users",
+        config=stored(mode="users", levels=USERS_LEVELS, rounds=USERS_REQUESTS,
+                      profile="chat")))
     store.write_requests(USERS_RUN, users_records())
     store.finish_run(USERS_RUN, "complete")
-    store.create_run(TURNS_RUN, {
-        "device": "spark", "engine": "engram-bench", "model": "qwen-mini",
-        "table_placement": "device", "target_url": "http://127.0.0.1:8000/v1", "api": "chat",
-        "mode": "closed", "levels": list(TURN_LEVELS), "rounds": CONVERSATIONS * TURNS,
-        "input_tokens": 128, "output_tokens": 128, "measured_input_tokens": turn_prompt(2),
-        "label": "fixture turns",
-        "config": stored(levels=TURN_LEVELS, rounds=CONVERSATIONS * TURNS, turns=TURNS)})
+    store.create_run(RunRow(
+        run_id=TURNS_RUN, device="spark", engine="engram-bench", model="qwen-mini",
+        table_placement="device", target_url="http://127.0.0.1:8000/v1", api="chat",
+        mode="closed", levels=list(TURN_LEVELS), rounds=CONVERSATIONS * TURNS,
+        input_tokens=128, output_tokens=128, measured_input_tokens=turn_prompt(2),
+        label="fixture turns",
+        config=stored(levels=TURN_LEVELS, rounds=CONVERSATIONS * TURNS, turns=TURNS)))
     store.write_requests(TURNS_RUN, turns_records())
     store.finish_run(TURNS_RUN, "complete")
     return {"paired": PAIRED_RUN, "users": USERS_RUN, "turns": TURNS_RUN}
@@ -402,11 +403,11 @@ def build_with_token_times(path: Path) -> dict[str, str]:
     """The fixture database plus a run stored with --token-times."""
     ids = build(path)
     store = Store(path)
-    store.create_run(TIMED_RUN, {
-        "device": "spark", "engine": "vllm", "model": "qwen-mini", "table_placement": "",
-        "target_url": "http://127.0.0.1:8000/v1", "api": "chat", "mode": "closed",
-        "levels": list(TIMED_LEVELS), "rounds": 3, "input_tokens": 128, "output_tokens": 128,
-        "measured_input_tokens": 128, "label": "fixture timed", "config": json.dumps({})})
+    store.create_run(RunRow(
+        run_id=TIMED_RUN, device="spark", engine="vllm", model="qwen-mini", table_placement="",
+        target_url="http://127.0.0.1:8000/v1", api="chat", mode="closed",
+        levels=list(TIMED_LEVELS), rounds=3, input_tokens=128, output_tokens=128,
+        measured_input_tokens=128, label="fixture timed", config=json.dumps({})))
     store.write_requests(TIMED_RUN, timed_records(), token_times=True)
     for c in TIMED_LEVELS:
         starved = c == 8  # its loop waited for a CPU half the time: late by up to 30 ms

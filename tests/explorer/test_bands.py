@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from explorer import charts, data
 from harness.records import RequestRecord
+from harness.results.run_row import RunRow
 from harness.results.store import Store
 from tests.explorer.apptest import app
 
@@ -40,9 +41,9 @@ def build(path: Path) -> None:
     store = Store(path)
     store.initialise()
     for i, (run, (means, rounds)) in enumerate(RUNS.items()):
-        store.create_run(run, {"model": "m", "mode": "closed", "levels": list(LEVELS),
-                               "rounds": rounds, "input_tokens": 128, "output_tokens": 128,
-                               "label": run, "config": json.dumps({"repeat": len(means)})})
+        store.create_run(RunRow(run_id=run, model="m", mode="closed", levels=list(LEVELS),
+                                rounds=rounds, input_tokens=128, output_tokens=128,
+                                label=run, config=json.dumps({"repeat": len(means)})))
         store.write_requests(run, _records(run, means, rounds))
         store.finish_run(run, "complete")
         store.update_run(run, started_at=pd.Timestamp(T0 + i, unit="s"))

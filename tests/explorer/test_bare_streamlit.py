@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT, free_port, wait_for_port
+from runners.lifecycle import free_port
+from tests.helpers import ROOT, wait_for_port
 
 LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc shows
 

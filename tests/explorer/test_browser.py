@@ -1,74 +1,27 @@
-"""The real app in headless Chromium (Debian's, installed by .ci/run): the Run page shows
-Max C of the fixture run, and a users run's Max users beside its estimate; every page renders
-at a wide and a narrow window with Max C in view; screenshots are saved under each test's tmp
-dir, to be looked at."""
+"""The real app in headless Chromium (Debian's, installed by `make test` as root): the Run
+page shows Max C of the fixture run, and a users run's Max users beside its estimate; every
+page renders at a wide and a narrow window with Max C in view; screenshots are saved under each
+test's tmp dir, to be looked at."""
 
-import contextlib
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, free_port, wait_for_port
 from tests.explorer import fixtures
 from tests.explorer.apptest import RUNS_FIRST
-
-CHROMIUM = Path("/usr/bin/chromium")
-
-
-@contextlib.contextmanager
-def chromium() -> Iterator:
-    """Debian's headless Chromium through Playwright (a test is skipped without it, and fails
-    in CI, which installs it); closed when the block ends."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's chromium (.ci/run does)")
-        pytest.skip("Debian's chromium is not installed here")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--disable-dev-shm-usage"])
-        try:
-            yield browser
-        finally:
-            browser.close()
+from tests.explorer.browser import chromium, serve
 
 
-@pytest.fixture
-def served_app(tmp_path):
-    yield from serve(tmp_path, fixtures.build)
+@pytest.fixture(scope="module")
+def served_app(tmp_path_factory):
+    """One app on the fixture database for the module's tests: they only read it, each in its
+    own browser session."""
+    yield from serve(tmp_path_factory.mktemp("served"), fixtures.build)
 
 
 @pytest.fixture
 def served_users_app(tmp_path):
     yield from serve(tmp_path, fixtures.build_with_users)
-
-
-def serve(tmp_path: Path, build: Callable[[Path], object]) -> Iterator[str]:
-    """The app on a fixture database that `build` writes; yields its URL."""
-    db = tmp_path / "bench.duckdb"
-    build(db)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "explorer/app.py", "--server.headless",
-         "true", "--server.address", "127.0.0.1", "--server.port", str(port),
-         "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env={**os.environ, "ENGRAM_BENCH_DB": str(db)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_for_port(port, 60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_run_page_renders_max_c_in_chromium(served_app, tmp_path):

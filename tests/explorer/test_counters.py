@@ -6,12 +6,14 @@ import math
 import pytest
 
 from explorer import charts, data
+from explorer.counters import breakdown_frame, counters_frame, level_counters, step_breakdown
+from harness.results.run_row import RunRow
 from harness.results.store import Store
 from tests.explorer import fixtures
 
 
 def test_fixture_levels_give_the_figures_of_their_deltas(fixture_db):
-    counters = data.counters_frame(data.server_stats(fixture_db, "fixture-nvme"))
+    counters = counters_frame(data.server_stats(fixture_db, "fixture-nvme"))
     assert list(counters["concurrency"]) == list(fixtures.LEVELS)
     for row in counters.to_dict("records"):
         c = row["concurrency"]
@@ -39,7 +41,7 @@ def test_fixture_levels_give_the_figures_of_their_deltas(fixture_db):
 
 
 def test_fixture_step_breakdown_accounts_for_the_whole_step(fixture_db):
-    parts = data.breakdown_frame(data.server_stats(fixture_db, "fixture-nvme"))
+    parts = breakdown_frame(data.server_stats(fixture_db, "fixture-nvme"))
     level = parts[parts["concurrency"] == 4].set_index("part")["ms"].to_dict()
     assert level == {"compute": 3000.0, "Engram wait": 400.0, "hash/submit": 200.0,
                      "sample": 300.0, "emit": 100.0, "unaccounted": 1000.0}
@@ -47,7 +49,7 @@ def test_fixture_step_breakdown_accounts_for_the_whole_step(fixture_db):
 
 
 def test_an_old_run_keeps_its_figures_and_invents_none(fixture_db):
-    counters = data.counters_frame(data.server_stats(fixture_db, "fixture-mem"))
+    counters = counters_frame(data.server_stats(fixture_db, "fixture-mem"))
     assert list(counters["requested_bytes_per_token"]) == [2560.0] * 4  # engram_bytes_read
     assert list(counters["engram_stall"]) == pytest.approx([0.01, 0.02, 0.04, 0.08])
     assert list(counters["major_faults_per_token"]) == pytest.approx([0.01] * 4)
@@ -65,7 +67,7 @@ def snapshots(**after: object) -> tuple[dict, dict]:
 
 
 def test_per_token_and_hit_rate_from_known_deltas():
-    figures = data.level_counters(*snapshots())
+    figures = level_counters(*snapshots())
     assert figures["disk_bytes_per_token"] == pytest.approx(4096 * 400 / 1000)
     assert figures["page_hit_rate"] == pytest.approx(0.75)
     assert figures["engram_stall"] == pytest.approx(0.25)
@@ -78,26 +80,26 @@ def test_per_token_and_hit_rate_from_known_deltas():
     ({"engram_wait_ms": float("nan")}, {"engram_stall"}),
 ])
 def test_a_null_missing_or_reset_source_gives_null_never_zero(after, nulls):
-    figures = data.level_counters(*snapshots(**after))
+    figures = level_counters(*snapshots(**after))
     for key in nulls:
         assert figures[key] is None, key
     assert figures["major_faults_per_token"] is None  # never reported: not 0
 
 
 def test_hit_rate_is_clamped_when_readahead_reads_more_than_requested():
-    assert data.level_counters(*snapshots(disk_read_bytes=4096 * 5000))["page_hit_rate"] == 0.0
+    assert level_counters(*snapshots(disk_read_bytes=4096 * 5000))["page_hit_rate"] == 0.0
 
 
 def test_a_null_new_key_does_not_fall_back_to_the_old_one():
     before, after = {"bytes_requested": None, "engram_bytes_read": 0, "tokens": 0}, {
         "bytes_requested": None, "engram_bytes_read": 2560, "tokens": 1}
-    assert data.level_counters(before, after)["requested_bytes_per_token"] is None
+    assert level_counters(before, after)["requested_bytes_per_token"] is None
     del before["bytes_requested"], after["bytes_requested"]
-    assert data.level_counters(before, after)["requested_bytes_per_token"] == 2560
+    assert level_counters(before, after)["requested_bytes_per_token"] == 2560
 
 
 def test_resident_against_a_missing_budget_is_blank():
-    figures = data.level_counters({}, {"table_resident_bytes": 1 << 20})
+    figures = level_counters({}, {"table_resident_bytes": 1 << 20})
     assert figures["resident_bytes"] == 1 << 20 and figures["resident_of_budget"] is None
     assert figures["tokens"] is None  # no snapshot before the level: no delta
 
@@ -107,26 +109,26 @@ def test_breakdown_splits_the_engram_wait_per_layer_in_layer_order():
               "engram_wait_ms_by_layer": {"14": 0.0, "2": 0.0}}
     after = {"step_ms": 1000.0, "compute_ms": 600.0, "engram_wait_ms": 300.0,
              "engram_wait_ms_by_layer": {"14": 200.0, "2": 100.0}}
-    assert data.step_breakdown(before, after) == {
+    assert step_breakdown(before, after) == {
         "compute": 600.0, "Engram wait L2": 100.0, "Engram wait L14": 200.0,
         "unaccounted": 100.0}
     after["engram_wait_ms_by_layer"] = {"2": 300.0}  # one layer: the total says it all
-    assert list(data.step_breakdown(before, after)) == ["compute", "Engram wait", "unaccounted"]
+    assert list(step_breakdown(before, after)) == ["compute", "Engram wait", "unaccounted"]
 
 
 def test_breakdown_needs_the_step_time_and_a_part():
-    assert data.step_breakdown({"compute_ms": 0.0}, {"compute_ms": 5.0}) == {}
-    assert data.step_breakdown({"step_ms": 0.0}, {"step_ms": 5.0}) == {}
+    assert step_breakdown({"compute_ms": 0.0}, {"compute_ms": 5.0}) == {}
+    assert step_breakdown({"step_ms": 0.0}, {"step_ms": 5.0}) == {}
 
 
 def test_levels_without_any_figure_are_left_out():
     stats = [(1, 0, {}, {"version": "0.4", "placement": "gpu"}), (2, 0, *snapshots())]
-    assert list(data.counters_frame(stats)["concurrency"]) == [2]
-    assert data.counters_frame([]).empty and data.breakdown_frame([]).empty
+    assert list(counters_frame(stats)["concurrency"]) == [2]
+    assert counters_frame([]).empty and breakdown_frame([]).empty
 
 
 def test_breakdown_chart_stacks_each_part_to_the_whole_step(fixture_db):
-    parts = data.breakdown_frame(data.server_stats(fixture_db, "fixture-nvme"))
+    parts = breakdown_frame(data.server_stats(fixture_db, "fixture-nvme"))
     fig = charts.step_breakdown(parts)
     assert [t.name for t in fig.data] == ["compute", "Engram wait", "hash/submit", "sample",
                                           "emit", "unaccounted"]
@@ -141,7 +143,7 @@ def test_a_level_run_in_several_passes_shows_each_pass_and_their_mean(tmp_path):
     of the passes' figures, and the step breakdown the mean of their parts."""
     store = Store(tmp_path / "r.duckdb")
     store.initialise()
-    store.create_run("rep", {"model": "m", "levels": [2], "rounds": 1, "output_tokens": 4})
+    store.create_run(RunRow(run_id="rep", model="m", levels=[2], rounds=1, output_tokens=4))
     running = ("vllm:num_requests_running", "{}", "gauge", "mean")
     for repeat, mean in ((0, 1.0), (1, 2.0)):
         store.write_server_metrics("rep", 2, [(*running, mean)], repeat=repeat)
@@ -151,7 +153,7 @@ def test_a_level_run_in_several_passes_shows_each_pass_and_their_mean(tmp_path):
     assert figures[["concurrency", "running_mean"]].to_dict("records") == [
         {"concurrency": 2, "running_mean": 1.5}]
     stats = data.server_stats(store.path, "rep")
-    assert list(data.counters_frame(stats)["repeat"]) == [0, 1]
-    parts = data.breakdown_frame(stats)
+    assert list(counters_frame(stats)["repeat"]) == [0, 1]
+    parts = breakdown_frame(stats)
     assert parts.set_index("part").loc["compute", "ms"] == pytest.approx(600.0)
     assert parts["share"].sum() == pytest.approx(1.0)

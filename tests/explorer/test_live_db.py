@@ -5,8 +5,8 @@ import sys
 import time
 
 from harness.results.store import Store
-from tests.conftest import ROOT
 from tests.explorer.apptest import app
+from tests.helpers import ROOT
 
 
 def test_pages_render_while_a_bench_writes(monkeypatch, mock_process, tmp_path):
@@ -26,7 +26,7 @@ def test_pages_render_while_a_bench_writes(monkeypatch, mock_process, tmp_path):
     assert bench.returncode == 0, bench.stderr.read()
     assert renders >= 3
     run = Store(db).runs()[0]
-    assert run["status"] == "complete"
-    assert len(Store(db).requests(run["run_id"])) == (1 + 2 + 4) * 15  # nothing lost
+    assert run.status == "complete"
+    assert len(Store(db).requests(run.run_id)) == (1 + 2 + 4) * 15  # nothing lost
     at = app(monkeypatch, db)
     assert at.metric[0].value == "1"

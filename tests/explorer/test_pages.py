@@ -7,6 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from explorer import data
 from harness.results.metrics import Targets
+from harness.results.run_row import RunRow
 from harness.results.store import Store
 from tests.explorer import fixtures
 from tests.explorer.apptest import (
@@ -187,7 +188,7 @@ def test_a_run_with_no_finished_round_renders_a_note(monkeypatch, tmp_path, page
     store = Store(db)
     store.initialise()
     for run_id in ("20261129-000000-aaaa", "20261129-000001-bbbb"):
-        store.create_run(run_id, {"model": "m", "levels": [1, 2], "rounds": 3})
+        store.create_run(RunRow(run_id=run_id, model="m", levels=[1, 2], rounds=3))
     at = app(monkeypatch, db, page)
     if page == "views/compare.py":
         at.multiselect(key="compare_runs").set_value(

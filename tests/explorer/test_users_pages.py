@@ -14,6 +14,7 @@ from explorer import charts, data
 from harness.config import RunConfig, StoredRun
 from harness.results import users
 from harness.results.metrics import Targets
+from harness.results.run_row import RunRow
 from harness.results.store import Store
 from tests.explorer import fixtures
 from tests.explorer.apptest import (
@@ -259,9 +260,9 @@ def test_level_title():
 def test_compare_of_users_runs_only_names_its_levels_users(monkeypatch, users_db):
     store = Store(users_db)
     run = store.run(fixtures.USERS_RUN)
-    store.create_run("fixture-users-again", {k: run[k] for k in (
+    store.create_run(RunRow(run_id="fixture-users-again", **{k: getattr(run, k) for k in (
         "device", "engine", "model", "table_placement", "mode", "levels", "rounds",
-        "input_tokens", "output_tokens", "config")})
+        "input_tokens", "output_tokens", "config")}))
     store.write_requests("fixture-users-again", fixtures.users_records())
     store.finish_run("fixture-users-again", "complete")
     at = app(monkeypatch, users_db, "views/compare.py")
