@@ -1,7 +1,8 @@
 """`python -m engram_bench` and the `engram-bench` script.
 
-A stop during start-up (the imports take ~0.4 s) exits as one later does, 130 for Ctrl-C and
-143 for SIGTERM, without a traceback; the CLI then installs its own handlers.
+A stop during start-up (the imports take ~0.4 s) exits as one later does, 130 for Ctrl-C, 143
+for SIGTERM and 129 for SIGHUP, with one sentence and no traceback; the CLI then installs its
+own handlers.
 """
 
 import signal
@@ -9,11 +10,12 @@ import sys
 
 
 def _exit_on(signum: int, frame: object) -> None:
+    print("engram-bench: stopped while starting up; nothing stored", file=sys.stderr)
     sys.exit(128 + signum)
 
 
 def main() -> int:
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on)
     from engram_bench.cli import main as cli
 

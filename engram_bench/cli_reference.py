@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from engram_bench.cli import build_parser
+from engram_bench.parser import build_parser
 from runners.engram.__main__ import build_parser as serve_parser
 
 WIDTH = "100"  # argparse wraps at $COLUMNS: fixed, so the page is the same on every terminal

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from harness.results.store import Store
-from tests.conftest import ROOT, free_port, run_cli
+from runners.lifecycle import free_port
+from tests.helpers import ROOT, run_cli
 
 BUNDLED_RUNS = ROOT / "results" / "reference" / "published_runs.csv"
 
@@ -122,8 +123,8 @@ def test_capacity_empty_cell_cannot_pass(tmp_path):
         (["run", "--url", "http://x/v1", "--chat-factor", "nan"], "user factors must be finite"),
         (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "1e9", "--duration", "2"],
          "schedule 2,000,000,000 requests"),
-        (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "1", "--duration", "1e12"],
-         "above the 1,000,000 one run may hold"),
+        (["run", "--url", "http://x/v1", "--mode", "rate", "--rates", "100", "--duration",
+          "20000"], "above the 1,000,000 one run may hold"),
         (["run", "--url", "http://x/v1", "--tps-min", "inf"], "TPS target must be a finite"),
         (["run", "--url", "http://x/v1", "--ttft-max-ms", "nan"], "the TTFT target a number"),
         (["run", "--url", "http://x/v1", "--rounds", "0"], "positive integer"),
@@ -170,29 +171,29 @@ def _wait_for_rounds(db: Path, at_least: int, proc: subprocess.Popen) -> None:
     while time.monotonic() < deadline:
         if db.exists():
             runs = Store(db).runs()
-            if runs and len(Store(db).done_rounds(runs[0]["run_id"])) >= at_least:
+            if runs and len(Store(db).done_rounds(runs[0].run_id)) >= at_least:
                 return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise TimeoutError("rounds did not arrive")
 
 
-def _start_run(url: str, db: Path) -> subprocess.Popen:
+def _start_run(url: str, db: Path, rounds: int = 6) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "1,2",
-         "--rounds", "6", "--output-tokens", "20", "--no-progress", "--db", str(db)],
+         "--rounds", str(rounds), "--output-tokens", "20", "--no-progress", "--db", str(db)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
 
-def _assert_complete_after_resume(db: Path, run_id: str, url: str) -> None:
+def _assert_complete_after_resume(db: Path, run_id: str, url: str, rounds: int = 6) -> None:
     proc = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     store = Store(db)
     records = store.requests(run_id)
     keys = [(r.concurrency, r.round, r.worker) for r in records]
-    assert len(keys) == len(set(keys)) == 1 * 6 + 2 * 6
-    assert store.run(run_id)["status"] == "complete"
+    assert len(keys) == len(set(keys)) == 1 * rounds + 2 * rounds
+    assert store.run(run_id).status == "complete"
     assert json.loads(proc.stdout)["max_c"] == 2
 
 
@@ -207,13 +208,13 @@ def test_ctrl_c_keeps_finished_rounds_and_resume_runs_the_rest(mock_process, tmp
     assert "--resume" in err
     store = Store(db)
     run = store.runs()[0]
-    assert run["status"] == "aborted"
-    kept = store.requests(run["run_id"])
+    assert run.status == "aborted"
+    kept = store.requests(run.run_id)
     assert len(kept) >= 2
     rounds = {(r.concurrency, r.round) for r in kept}
     for c, rnd in rounds:  # only whole rounds are stored
         assert sum(1 for r in kept if (r.concurrency, r.round) == (c, rnd)) == c
-    _assert_complete_after_resume(db, run["run_id"], url)
+    _assert_complete_after_resume(db, run.run_id, url)
 
 
 def test_sigterm_stops_a_busy_run_at_once_and_invents_no_error(mock_process, tmp_path):
@@ -231,16 +232,17 @@ def test_sigterm_stops_a_busy_run_at_once_and_invents_no_error(mock_process, tmp
     assert time.monotonic() - t0 < 5, "the stop took too long"
     assert "Fatal error" not in err and "--resume" in err
     run = Store(db).runs()[0]
-    assert run["status"] == "aborted"
-    assert all(r.ok for r in Store(db).requests(run["run_id"]))  # no invented server error
+    assert run.status == "aborted"
+    assert all(r.ok for r in Store(db).requests(run.run_id))  # no invented server error
 
 
 def test_a_run_being_measured_cannot_be_resumed_by_a_second_process(mock_process, tmp_path):
     url = mock_process("--ttft-ms", "20", "--itl-ms", "10")
     db = tmp_path / "b.duckdb"
-    proc = _start_run(url, db)
+    rounds = 20  # ~0.2 s each: the first still measures after the second's refusal
+    proc = _start_run(url, db, rounds)
     _wait_for_rounds(db, 1, proc)
-    run_id = Store(db).runs()[0]["run_id"]
+    run_id = Store(db).runs()[0].run_id
     second = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db))
     assert second.returncode == 2, second.stderr
     assert f"run {run_id} is being measured by another engram-bench process" in second.stderr
@@ -249,9 +251,10 @@ def test_a_run_being_measured_cannot_be_resumed_by_a_second_process(mock_process
     with Store(db).read_only() as con:  # the two never wrote the same request
         assert con.execute("SELECT count(*) - count(DISTINCT request_id) FROM requests"
                            ).fetchone() == (0,)
+    assert proc.poll() is None, "the first run ended before its stop: give it more rounds"
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
-    _assert_complete_after_resume(db, run_id, url)  # its lock went with it
+    _assert_complete_after_resume(db, run_id, url, rounds)  # its lock went with it
 
 
 def test_killed_process_loses_at_most_the_round_in_flight(mock_process, tmp_path):
@@ -262,9 +265,9 @@ def test_killed_process_loses_at_most_the_round_in_flight(mock_process, tmp_path
     proc.kill()
     proc.wait(10)
     run = Store(db).runs()[0]
-    assert run["status"] == "running"  # nobody could mark it
-    assert len(Store(db).done_rounds(run["run_id"])) >= 3
-    _assert_complete_after_resume(db, run["run_id"], url)
+    assert run.status == "running"  # nobody could mark it
+    assert len(Store(db).done_rounds(run.run_id)) >= 3
+    _assert_complete_after_resume(db, run.run_id, url)
 
 
 def test_resume_of_a_complete_run_is_refused(mock_process, tmp_path):
@@ -272,7 +275,7 @@ def test_resume_of_a_complete_run_is_refused(mock_process, tmp_path):
     db = tmp_path / "b.duckdb"
     assert run_cli("run", "--url", url, "--levels", "1", "--rounds", "1", "--db", str(db),
                    "--output-tokens", "4").returncode == 0
-    run_id = Store(db).runs()[0]["run_id"]
+    run_id = Store(db).runs()[0].run_id
     proc = run_cli("run", "--resume", run_id, "--db", str(db))
     assert proc.returncode == 2 and "already complete" in proc.stderr
 
@@ -282,17 +285,17 @@ def test_resume_refuses_flags_that_would_change_the_run(mock_process, tmp_path):
     db = tmp_path / "b.duckdb"
     assert run_cli("run", "--url", url, "--levels", "1,2", "--rounds", "1", "--db", str(db),
                    "--output-tokens", "4").returncode == 0
-    run_id = Store(db).runs()[0]["run_id"]
+    run_id = Store(db).runs()[0].run_id
     Store(db).update_run(run_id, status="aborted")  # as if stopped: resumable
     proc = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db), "--levels", "1,4",
                    "--rounds", "3", "--output-tokens", "4")
     assert proc.returncode == 2
     assert "--levels, --rounds cannot change it" in proc.stderr, proc.stderr
-    assert Store(db).run(run_id)["status"] == "aborted"  # refused before anything ran
+    assert Store(db).run(run_id).status == "aborted"  # refused before anything ran
     same = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db), "--levels", "1,2",
                    "--output-tokens", "4", "--tps-min", "5")  # its own values, new targets
     assert same.returncode == 0, same.stderr
-    assert Store(db).run(run_id)["status"] == "complete"
+    assert Store(db).run(run_id).status == "complete"
 
 
 def test_summary_and_export(mock_process, tmp_path):

@@ -5,10 +5,11 @@ import json
 import duckdb
 import pytest
 
-from engram_bench.cli import build_parser, config_for
+from engram_bench.parser import build_parser
+from engram_bench.run_config import config_for
 from harness.mock_server import count_prompt_tokens
 from harness.results.store import Store
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"  # never reached: these runs stop before the target
 
@@ -28,7 +29,7 @@ def test_text_prompts_measure_the_calibrated_length(mock_process, tmp_path):
     assert len(set(sent)) > 1  # natural text: windows of the same words differ in tokens
     for level in out["levels"]:
         assert level["mean_prompt_tokens"] == pytest.approx(128, rel=0.1)
-    assert json.loads(Store(db).run(out["run_id"])["config"])["prompts"] == "text"
+    assert json.loads(Store(db).run(out["run_id"]).config)["prompts"] == "text"
 
 
 PROMPTS = ["Say hi.", " ".join(["word"] * 60), "Tell me, slowly: " + " ".join(["more"] * 250)]
@@ -66,7 +67,7 @@ def test_resume_rebuilds_the_same_prompts_and_refuses_a_changed_file(mock_proces
     path.write_text(path.read_text() + "\n" + json.dumps({"prompt": "new"}))
     proc = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db))
     assert proc.returncode == 2 and "have changed since it started" in proc.stderr
-    assert Store(db).run(run_id)["status"] == "aborted"
+    assert Store(db).run(run_id).status == "aborted"
     path.write_text(path.read_text().rsplit("\n", 1)[0])  # the file as the run began
     resumed = _run(url, db, "--resume", run_id)
     assert resumed["levels"][1]["mean_prompt_tokens"] == before

@@ -1,0 +1,138 @@
+"""`engram-bench run`: a sweep end to end, the managed engine's server started and stopped
+around it, a stop (Ctrl-C, kill, a closed terminal) leaving the run marked to resume."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from common.console import output_console
+from engram_bench import extras
+from engram_bench.parser import targets
+from engram_bench.run_config import check_search, config_for
+from engram_bench.show import show_run
+from harness.config import RunConfig
+from harness.results.store import Store, StoreError
+from harness.run import aio
+from harness.run.prompts import load
+from harness.wire.endpoint import Endpoint
+from runners import engines
+from runners.lifecycle import ServerDied
+
+EXIT_FAILED = 1  # the run started and stopped as failed, what it measured kept
+EXIT_ABORTED = 130
+
+
+@contextlib.contextmanager
+def _target(config: RunConfig, console: Console) -> Iterator[str]:
+    """The URL to sweep: the given one, or a managed engine's server started (and stopped)
+    here."""
+    if not config.server_args:
+        yield config.url
+        return
+    engine = engines.engine_of(config.server_args)
+    with engine.serve(config.server_args,
+                      lambda text: console.print(text, highlight=False)) as server:
+        try:
+            yield server.url
+        except Exception:  # a death explains whatever failed after it
+            if server.death:
+                raise ServerDied(server.death) from None
+            raise
+        if server.death:  # its requests failed and are stored; the run did not complete
+            raise ServerDied(server.death)
+
+
+_KILLS: list[int] = []  # the kill signals received, for a stop whose exception DuckDB swallowed
+
+
+def exit_status(stop: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 128 + the signal for a kill (143 for SIGTERM), as shells report them."""
+    if isinstance(stop, aio.Stopped):
+        return 128 + stop.signum
+    return 128 + _KILLS[-1] if _KILLS else EXIT_ABORTED
+
+
+def _handle_interrupts() -> None:
+    """Ctrl-C works whatever the process inherited (a background job of a non-interactive
+    shell starts with SIGINT ignored), and `kill` of a bench behaves like Ctrl-C: the run is
+    marked aborted, the server stopped. A closed terminal (SIGHUP) too."""
+    def handler(signum: int, frame: object) -> None:  # outside the event loop (aio.run)
+        _KILLS.append(signum)
+        raise aio.Stopped(signum)
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)  # a closed terminal, a dropped SSH session
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from harness.run.progress import LevelProgress
+    from harness.run.session import RunFailed, RunStopped, execute, new_run_id
+
+    _handle_interrupts()
+    try:
+        run_targets = targets(args)
+        store = Store(args.db, stopped=aio.stopping)  # a stop gives up a wait for its lock
+        config, resume_id = config_for(args, store)  # bad flags stop here: nothing stored
+        extra = engines.engine_of(config.server_args).extra if config.server_args else None
+        if extra:
+            extras.require(extra)
+        check_search(config, run_targets)
+        store.initialise()
+        prompts = load(config.prompts, config.seed)  # a bad file stops here: nothing stored
+        run_id = resume_id or new_run_id()
+        progress = LevelProgress(enabled=not args.no_progress)
+        status = output_console(stderr=True)
+    except KeyboardInterrupt as exc:
+        return _report_stop(exc, args.resume, stored=bool(args.resume))
+    try:
+        # one writer per run (a second --resume is refused), taken before a server starts;
+        # the file held open, so one deleted under the run is put back with what it stored
+        with store.run_lock(run_id), store.held_open(), _target(config, status) as url:
+            config = replace(config, url=url)
+            endpoint = Endpoint(config.url, config.api,
+                                args.api_key or os.environ.get("OPENAI_API_KEY"),
+                                ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
+                                insecure=config.insecure)
+            aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id),
+                            prompts=prompts, targets=run_targets))
+    except ServerDied as exc:
+        progress.stop()
+        with contextlib.suppress(StoreError):  # a run it had started is failed, not complete
+            store.run(run_id)
+            store.finish_run(run_id, "failed", str(exc))
+        raise
+    except RunFailed as exc:
+        progress.stop()
+        print(f"engram-bench: run {run_id} failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt as exc:
+        progress.stop()
+        return _report_stop(exc, run_id, exc.stored if isinstance(exc, RunStopped)
+                            else bool(resume_id))
+    finally:
+        progress.stop()  # idempotent; an error's message is printed after the bar ends
+    return show_run(store, run_id, run_targets, args.json, console)
+
+
+def _report_stop(stop: KeyboardInterrupt, run_id: str | None, stored: bool) -> int:
+    """What a stop left, on stderr (an aborted run to resume, or nothing), and its exit status;
+    `stored`: the run was in the results file before the stop."""
+    if stored:
+        print(f"engram-bench: aborted; run {run_id} keeps its finished rounds "
+              f"(continue with --resume {run_id})", file=sys.stderr)
+    else:
+        print("engram-bench: stopped before the run started; nothing stored", file=sys.stderr)
+    for note in getattr(stop, "notes", ()):  # session.RunStopped's
+        print(f"engram-bench: {note}", file=sys.stderr)
+    return exit_status(stop)
+

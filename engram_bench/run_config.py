@@ -1,0 +1,140 @@
+"""A `run`'s config: a new run's from its flags (and the managed engine --device starts), a
+resumed run's as it was stored, with the flags a resume may not change refused."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from engram_bench.errors import UserError
+from engram_bench.parser import build_parser
+from harness.config import DEFAULT_LEVELS, RunConfig, StoredRun
+from harness.results.metrics import Targets
+from harness.results.store import Store
+from harness.run import modes
+from harness.run.prompts import BUILTIN
+from runners import engines
+from runners.profiles import profile
+
+
+def _prompt_spec(args: argparse.Namespace) -> str:
+    """words, text, or the file as an absolute path (a resume may start elsewhere)."""
+    spec = args.prompts or ("words" if args.url else "text")
+    return spec if spec in BUILTIN else str(Path(spec).expanduser().absolute())
+
+
+# `run --resume` takes these as given: where the server is now, where results go, how they are
+# judged and shown. Every other flag is part of the run, which continues as it was started.
+RESUME_FREE = {"command", "resume", "url", "api_key", "db", "no_progress", "json", "tps_min",
+               "ttft_max_ms", "statistic", "chat_factor", "agentic_factor", "keep_going",
+               "slo", "min_goodput"}
+# the flags stored under another name (a mode's own are in its declaration)
+RESUME_STORED_AS = {"request_timeout": "request_timeout_s", "connect_timeout": "connect_timeout_s",
+                    "stall_timeout": "stall_timeout_s", **modes.stored_as()}
+
+
+def resume_conflicts(args: argparse.Namespace, stored: RunConfig) -> list[str]:
+    """The sweep flags a `--resume` was given that would change the run: each is neither its
+    default nor the resumed run's own value."""
+    defaults = vars(build_parser().parse_args(["run"]))
+    conflicts = []
+    for name, value in vars(args).items():
+        if name in RESUME_FREE or value == defaults.get(name):
+            continue
+        field = RESUME_STORED_AS.get(name, name)
+        if name == "prompts":
+            value = _prompt_spec(args)  # a file is stored by its absolute path
+        if hasattr(stored, field) and _same(getattr(stored, field), value):
+            continue
+        conflicts.append("--" + name.replace("_", "-"))
+    return conflicts
+
+
+def _same(stored: object, given: object) -> bool:
+    """A flag's value equals what the run stored (levels as tuples, prompt files as paths)."""
+    if isinstance(stored, tuple) and isinstance(given, list | tuple):
+        return tuple(stored) == tuple(given)
+    return stored == given or str(stored) == str(given)
+
+
+def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str | None]:
+    """A new run's config from flags, or a resumed run's stored config (URL may change)."""
+    if not args.resume:
+        return _new_config(args), None
+    run = store.run(args.resume)
+    if run.status == "complete":
+        raise UserError(f"run {run.run_id} is already complete; nothing to resume")
+    stored = StoredRun.from_json(run.config).config
+    if stored is None:
+        raise UserError(f"run {run.run_id} was stored without a configuration this "
+                        "version can rebuild, so it cannot be resumed: start a new run")
+    conflicts = resume_conflicts(args, stored)
+    if conflicts:
+        raise UserError(f"--resume continues run {run.run_id} as it was started, so "
+                        f"{', '.join(conflicts)} cannot change it: drop "
+                        f"{'them' if len(conflicts) > 1 else 'it'}, or start a new run")
+    config = replace(stored, keep_going=args.keep_going)
+    if args.url:
+        config = replace(config, url=args.url, server_args=())
+    return config, run.run_id
+
+
+def _new_config(args: argparse.Namespace) -> RunConfig:
+    """A new run's config; without --url, the server args of the engine --device starts."""
+    mode = modes.mode_for(args.mode)
+    levels: tuple[int, ...] = DEFAULT_LEVELS  # without --levels the mode makes its own of these
+    placement = args.placement or ""
+    server_args: tuple[str, ...] = ()
+    if args.url and args.bundled:
+        raise UserError("--bundled starts a server and --url sweeps one already running: "
+                        "give one of them")
+    if args.url and args.device:
+        profile(args.device)  # a device names a profile with --url too (--label is free text)
+    if not args.url:
+        if not args.device:
+            raise UserError(f"give --device to sweep {engines.DEFAULT.title}, or --url of an "
+                            "OpenAI-compatible server, e.g. --url http://127.0.0.1:8000/v1")
+        prof = profile(args.device)
+        levels = prof.default_levels
+        engine = engines.chosen(args)
+        server_args = engine.server_args(args, prof)
+        placement = engine.table_placement(args, prof)
+    config = RunConfig(
+        url=args.url or "", model=args.model or "", api=args.api,
+        levels=args.levels or mode.default_levels(levels, args),
+        rounds=args.rounds, mode=args.mode, input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens, temperature=args.temperature,
+        request_timeout_s=args.request_timeout, connect_timeout_s=args.connect_timeout,
+        stall_timeout_s=args.stall_timeout, ca_bundle=args.ca_bundle or "",
+        insecure=args.insecure, warmup=args.warmup, seed=args.seed, label=args.label,
+        device=args.device or "", engine=args.engine or "",
+        table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
+        server_metrics=args.server_metrics, search=args.search,
+        max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,
+        keep_going=args.keep_going, token_times=args.token_times, **modes.read_flags(args),
+    )
+    return modes.check(config)
+
+
+def check_search(config: RunConfig, targets: Targets) -> None:
+    """`--search` bisects on pass/fail verdicts: refuse targets or a statistic under which no
+    level can be told apart (one sentence, before anything is stored)."""
+    if not config.search:
+        return
+    if not 0 < targets.tps_min < math.inf:
+        raise UserError(f"--search needs a TPS target above 0 (--tps-min {targets.tps_min:g}): "
+                        "with none, no level can fail on TPS and the search has nothing to find")
+    if not 0 < targets.ttft_max_ms < math.inf:
+        raise UserError(f"--search needs a finite TTFT target above 0 (--ttft-max-ms "
+                        f"{targets.ttft_max_ms:g})")
+    if targets.statistic != "mean":
+        tail = 100 - int(targets.statistic[1:])
+        need = math.ceil(100 / tail) if tail else math.inf
+        fewest = min(config.levels) * config.rounds * config.repeat if config.levels else 0
+        if fewest < need:
+            raise UserError(f"--search judges --statistic {targets.statistic}, which needs at "
+                            f"least {need} requests per level to be measured, but the lowest "
+                            f"level sends {fewest}: raise --rounds or use --statistic mean")
+
