@@ -45,7 +45,7 @@ endif
 BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(LEVELS),--levels $(LEVELS)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
   $(if $(MODE),--mode $(MODE)) $(if $(LABEL),--label "$(LABEL)") \
-  $(if $(URL),--url $(URL)) $(if $(ENGINE),--bundled $(ENGINE)) $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY)) \
+  $(if $(URL),--url $(URL)) $(if $(ENGINE),--bundled $(ENGINE)) $(if $(MODEL),--model $(MODEL)) \
   $(if $(PLACEMENT),--placement $(PLACEMENT)) $(if $(TABLE_GB),--table-size-gb $(TABLE_GB)) \
   $(if $(CACHE_RATIO),--cache-ratio $(CACHE_RATIO)) \
   $(if $(PAGE_CACHE_GB),--page-cache-gb $(PAGE_CACHE_GB)) \
@@ -89,18 +89,26 @@ docs/reference/cli.md: $(CORE) engram_bench/cli.py engram_bench/cli_reference.py
 docs: $(ALL)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
+# As root with apt-get, Debian's chromium for the browser tests is installed when missing. The
+# suites marked faults and vllm are left out (pyproject's addopts: -m 'not faults and not vllm').
 test: $(ALL) lint docs
-	$(BIN)/python -m pytest
+	@.ci/chromium
+	$(BIN)/python -m pytest -n 2
 
 # Stops at random moments of a run, 20 SIGTERM and 20 Ctrl-C (~2 min; .ci/run calls it too).
 test-faults: $(ALL)
-	ENGRAM_TEST_FAULTS=1 $(BIN)/python -m pytest tests/faults
+	$(BIN)/python -m pytest -m faults tests/faults
 
-# The harness against a real engine: vLLM's CPU build in .venv-vllm (installed when missing).
+# The harness against a real engine: vLLM's CPU build in .venv-vllm (installed when missing);
+# all of tests/vllm, the module marked vllm and the fast runner tests beside it.
 test-vllm: $(ALL)
 	$(BIN)/python -m runners.vllm.setup
-	ENGRAM_TEST_VLLM=1 $(BIN)/python -m pytest tests/vllm
+	$(BIN)/python -m pytest -m "vllm or not faults" tests/vllm
 
+# the key goes in the environment, not on the command line make echoes
+ifneq ($(API_KEY),)
+bench: export OPENAI_API_KEY := $(API_KEY)
+endif
 # Your own server (URL=...) needs only the core; the bundled Engram server needs the server extra.
 bench: $(if $(or $(URL),$(filter vllm,$(ENGINE))),$(CORE),$(SERVER))
 	$(BIN)/engram-bench run $(BENCH_FLAGS)

@@ -1,8 +1,10 @@
 """Deterministic test inputs: request records (no clock, no randomness beyond a fixed seed),
-every way a byte string can arrive, and a server that answers with canned bytes."""
+every way a byte string can arrive, a server that answers with canned bytes, and the client
+that sends requests to it one by one."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import threading
@@ -10,6 +12,10 @@ import time
 from collections.abc import Iterator
 
 from harness.records import RequestRecord
+from harness.run import aio
+from harness.run.workload import payload
+from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
+from harness.wire.endpoint import Endpoint
 
 T0 = 1_790_000_000.0
 
@@ -77,8 +83,8 @@ class CannedServer:
             except TimeoutError:
                 continue
             conn.settimeout(5)
-            with conn:
-                self._answer(conn)
+            with conn, contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._answer(conn)  # a client may cut the answer off: that is its right
 
     def _answer(self, conn: socket.socket) -> None:
         data = b""
@@ -97,3 +103,29 @@ class CannedServer:
         for piece in self.pieces:
             conn.sendall(piece)
             time.sleep(0.02)
+
+
+def send(url: str, *ids: str, output_tokens: int = 8, pool: ConnectionPool | None = None,
+         request_timeout: float = 10.0, stall_timeout: float | None = None,
+         **endpoint: object) -> list[RequestRecord]:
+    """Send the requests one after another on one pool (so later ones reuse a connection)."""
+    ep = Endpoint(url, **endpoint)
+
+    async def main() -> list[RequestRecord]:
+        conns = pool or ConnectionPool(ep, connect_timeout=2.0)
+        clock = Clock()
+        records = []
+        for request_id in ids:
+            body = payload("chat", "mock-model", "Hello there.", output_tokens, 0.0)
+            records.append(await stream_completion(
+                conns, build_request(ep, body, request_id),
+                RequestRecord(request_id, 1, 0, 0, 0.0), clock, request_timeout, stall_timeout))
+        conns.close()
+        return records
+
+    return aio.run(main())
+
+
+def delta(content: str) -> bytes:
+    """One stream event's data: a chat delta that carries `content`."""
+    return b'{"choices":[{"index":0,"delta":{"content":"%s"}}]}' % content.encode()

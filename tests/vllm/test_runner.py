@@ -9,17 +9,17 @@ import sys
 import time
 from types import SimpleNamespace
 
-from engram_bench import cli
+from engram_bench import cli, parser, run_config
 from harness.results.store import Store
 from runners.lifecycle import ManagedServer
 from runners.vllm import setup
-from tests.conftest import group_alive, run_cli
+from tests.helpers import group_alive, run_cli
 
 
 def test_bundled_vllm_runs_the_device_profile_through_max_num_seqs(tmp_path):
-    args = cli.build_parser().parse_args(
+    args = parser.build_parser().parse_args(
         ["run", "--bundled", "vllm", "--device", "rtx-pro-6000", "--db", str(tmp_path / "b")])
-    config, _ = cli.config_for(args, Store(tmp_path / "b"))
+    config, _ = run_config.config_for(args, Store(tmp_path / "b"))
     assert config.server_args[0] == "vllm"
     flags = config.server_args[1:]
     assert flags[flags.index("--max-num-seqs") + 1] == "16"  # the profile's running limit
