@@ -15,10 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from harness.results.results_file import connect
+from harness.results.run_row import RunRow
 from harness.results.store import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "explorer" / "app.py")
@@ -35,17 +36,17 @@ def build(path: Path) -> None:
     levels = [1, 2, 4, 8, 16, 32, 64]
     for i in range(RUNS):
         users, turns = i == USERS_RUN, 3 if i == TURNS_RUN else 1
-        store.create_run(f"big-{i:02d}", {
-            "device": ["spark", "rtx-pro-6000"][i % 2], "engine": "engram-bench",
-            "model": "qwen-mini", "table_placement": ["nvme", "host"][i % 2],
-            "mode": "users" if users else "closed",
-            "levels": levels, "rounds": 10, "input_tokens": 128, "output_tokens": 128,
-            "label": f"synthetic {i}",
-            "config": json.dumps({"prompt_words": 118, "repeat": REPEATS, "turns": turns,
+        store.create_run(RunRow(
+            run_id=f"big-{i:02d}", device=["spark", "rtx-pro-6000"][i % 2], engine="engram-bench",
+            model="qwen-mini", table_placement=["nvme", "host"][i % 2],
+            mode="users" if users else "closed",
+            levels=levels, rounds=10, input_tokens=128, output_tokens=128,
+            label=f"synthetic {i}",
+            config=json.dumps({"prompt_words": 118, "repeat": REPEATS, "turns": turns,
                                   "profile": "chat" if users else "",
-                                  "duty_cycle": 0.25 if users else None})})
+                                  "duty_cycle": 0.25 if users else None})))
         store.finish_run(f"big-{i:02d}", "complete")
-    with duckdb.connect(str(path)) as con:  # a bulk synthetic load, not a bench's writes
+    with connect(path) as con:  # a bulk synthetic load, not a bench's writes
         con.execute(f"""
             INSERT INTO requests (run_id, concurrency, round, worker, request_id, sent_at,
                                   ttft_ms, latency_ms, output_tokens, output_tokens_estimated,

@@ -63,7 +63,7 @@ def run_length(urls: dict[str, str], prompt: int, levels: tuple[int, ...], round
             started.add(arm)
             print(f" {time.perf_counter() - t0:.0f} s", flush=True)
     for run_id in run_ids.values():  # the runs hold every level, as one sweep would
-        stored = json.loads(store.run(run_id)["config"])
+        stored = json.loads(store.run(run_id).config)
         store.update_run(run_id, levels=list(levels),
                          config=json.dumps({**stored, "levels": list(levels)}))
     return run_ids

@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from harness.results.metrics import stats_by_level
+from harness.results.run_row import RunRow
 from harness.results.store import Store
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -27,8 +28,8 @@ def build(path: Path, requests: int) -> str:
     store = Store(path)
     store.initialise()
     run_id = "bench-level-stats"
-    store.create_run(run_id, {"mode": "closed", "levels": list(LEVELS), "rounds": 1,
-                              "input_tokens": 128, "output_tokens": 128, "config": "{}"})
+    store.create_run(RunRow(run_id=run_id, mode="closed", levels=list(LEVELS), rounds=1,
+                            input_tokens=128, output_tokens=128, config="{}"))
     with store._connect() as con:  # bulk rows in SQL: a million inserts from Python take minutes
         con.execute("SELECT setseed(0.42)")
         con.execute(f"""

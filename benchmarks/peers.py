@@ -4,10 +4,15 @@ server's own log: `make bench-peers`.
 Per level C, every tool runs against a fresh instance of the fake server, which logs per
 request when it read the body and wrote the first and last token (the client's monotonic
 clock), the prompt tokens it counted with the tokenizer the tools are given, the tokens it sent
-and the sampling fields it received. Each tool is asked for the same load: prompts of 128
-tokens (by its own prompt generator), 128 output tokens forced, temperature 0, C streams of 3
-requests each. The tools' order rotates per level. Each tool's requests are matched to the
-log by the X-Request-Id it sent, and graded:
+and the sampling fields it received. The fake server runs in two arms, each tool on both back
+to back (which goes first alternates): one counts every prompt on its event loop as it reads
+it, as a server whose loop also tokenizes; the other counts in a worker thread, so its loop
+only reads and streams. What a tool's TTFT bias loses between the two is the server's part of
+it (requests read late behind the counting); what is left on the streaming server is the
+tool's. Each tool is asked for the same load: prompts of 128 tokens (by its own prompt
+generator), 128 output tokens forced, temperature 0, C streams of 3 requests each. The tools'
+order rotates per level. Each tool's requests are matched to the log by the X-Request-Id it
+sent, and graded:
 
 - the load the server saw: prompt tokens (mean and spread), output tokens (beside the tool's
   own count), temperature, and the concurrency achieved (the time-weighted requests in flight
@@ -58,6 +63,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / ".venv-peers"
 TOKENIZER_JSON = ROOT / "runners" / "engram" / "data" / "tokenizer.json"
 SERVER = ("--ttft-ms", "150", "--itl-ms", "8")
+# the fake server's arms: where it counts the prompts (with the tokenizer the tools are given)
+COUNTING = "counts on its loop"
+STREAMING = "only streams"
+ARMS = {COUNTING: (), STREAMING: ("--count-off-loop",)}
 MOCK_MODEL = "mock-model"
 LEVELS = (1, 8, 32, 128)
 BUNDLED_LEVELS = profile("spark").default_levels
@@ -412,6 +421,9 @@ def install(tools: Sequence[str], not_run: dict[str, str]) -> None:
 # ---- the run -----------------------------------------------------------------------------
 
 
+Runner = Callable[[str, int, Path, Path], tuple[ToolRun, dict[str, dict]]]
+
+
 def tokenizer_dir(work: Path) -> Path:
     """The project's tokenizer as a local directory the peers' tokenizer loaders accept."""
     tok = work / "tokenizer"
@@ -448,20 +460,25 @@ def matched(run: ToolRun, truth: list[dict]) -> dict[str, dict]:
     return out
 
 
-def on_fresh_mock(tool: str, c: int, tok: Path, work: Path) -> tuple[ToolRun, dict[str, dict]]:
-    """One tool at one level against a fresh fake server with its log on."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "harness.mock_server", "--port",
-                               str(port), "--tokenizer", str(tok / "tokenizer.json"), *SERVER],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(base, 30)
-        run = TOOLS[tool](Target(base, MOCK_MODEL), c, work, tok)
-        return run, matched(run, mock_truth(_timings(base)))
-    finally:
-        server.terminate()
-        server.wait(10)
+def fresh_mock(arm: str) -> Runner:
+    """One tool at one level against a fresh fake server of that arm with its log on."""
+
+    def run_on(tool: str, c: int, tok: Path, work: Path) -> tuple[ToolRun, dict[str, dict]]:
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "harness.mock_server", "--port", str(port),
+             "--tokenizer", str(tok / "tokenizer.json"), *SERVER, *ARMS[arm]],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(base, 30)
+            run = TOOLS[tool](Target(base, MOCK_MODEL), c, work, tok)
+            return run, matched(run, mock_truth(_timings(base)))
+        finally:
+            server.terminate()
+            server.wait(10)
+
+    return run_on
 
 
 class BundledServer:
@@ -503,14 +520,56 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def split(grades: Sequence[dict]) -> list[dict]:
+    """Each tool's TTFT bias at each level on the two fake-server arms, parted: what is left on
+    the server that only streams is the tool's; what the counting server adds is the
+    server's, pass by pass (a pass runs the tool on both arms back to back). Medians over
+    the passes, and the range of the server's part, since one run's bias moves with the
+    machine's load."""
+    by = {(g["server"], g["tool"], g["level"], g["pass"]): g for g in grades
+          if not g["error"] and g["ttft_bias_mean"] is not None}
+    pairs: dict[tuple[str, int], list[tuple[dict, dict]]] = {}
+    for (arm, tool, level, n), counting in by.items():
+        streaming = by.get((STREAMING, tool, level, n))
+        if arm == COUNTING and streaming is not None:
+            pairs.setdefault((tool, level), []).append((counting, streaming))
+    rows = []
+    for (tool, level), runs in pairs.items():
+        server = [c["ttft_bias_mean"] - s["ttft_bias_mean"] for c, s in runs]
+        send = [c["send_lag_mean"] - s["send_lag_mean"] for c, s in runs
+                if c["send_lag_mean"] is not None and s["send_lag_mean"] is not None]
+        rows.append({"tool": tool, "level": level, "passes": len(runs),
+                     "counting": statistics.median(c["ttft_bias_mean"] for c, _ in runs),
+                     "tool_part": statistics.median(s["ttft_bias_mean"] for _, s in runs),
+                     "server_part": statistics.median(server),
+                     "server_range": (min(server), max(server)),
+                     "server_send_part": statistics.median(send) if send else None})
+    return rows
+
+
+def report_split(rows: Sequence[dict]) -> None:
+    print("\n| tool | C | passes | TTFT bias on the counting server | the tool's part (bias on "
+          "the streaming server) | the server's part (the difference) | its range over passes "
+          "| of it, before the read |")
+    print("|---" * 8 + "|")
+    for r in rows:
+        low, high = r["server_range"]
+        spread = f"{_fmt(low, 2)} to {_fmt(high, 2)}" if r["passes"] > 1 else "-"
+        print(f"| {r['tool']} | {r['level']} | {r['passes']} | {_fmt(r['counting'], 2)} | "
+              f"{_fmt(r['tool_part'], 2)} | {_fmt(r['server_part'], 2)} | {spread} | "
+              f"{_fmt(r['server_send_part'], 2)} |")
+
+
 def report(grades: list[dict]) -> None:
     print("\n| tool | C | requests | prompt tok (sd) | out tok | temp | conc. | "
           "TTFT bias mean / p99 ms | of which send | TPOT err ms | own speed err | CPU us/tok | "
           "notes |")
     print("|---" * 13 + "|")
+    passes = max((g["pass"] for g in grades), default=1) > 1
     for g in grades:
+        level = f"{g['level']} #{g['pass']}" if passes else str(g["level"])
         if g["error"]:
-            print(f"| {g['tool']} | {g['level']} | - | - | - | - | - | - | - | - | - | - | "
+            print(f"| {g['tool']} | {level} | - | - | - | - | - | - | - | - | - | - | "
                   f"failed: {g['error']} |")
             continue
         speed = (f"{_fmt(g['speed_err_pct'], 2)} % ({g['speed_name']})"
@@ -520,7 +579,7 @@ def report(grades: list[dict]) -> None:
             notes.append(f"{g['failures']} failed")
         if g["matched"] < g["requests"]:
             notes.append(f"{g['requests'] - g['matched']} not in the server's log")
-        print(f"| {g['tool']} | {g['level']} | {g['requests']} | {_fmt(g['prompt_mean'])} "
+        print(f"| {g['tool']} | {level} | {g['requests']} | {_fmt(g['prompt_mean'])} "
               f"({_fmt(g['prompt_sd'])}) | {_fmt(g['output_mean'])} "
               f"({_fmt(g['tool_output_mean'])}) | {g['temperature']} | "
               f"{_fmt(g['concurrency'])} | {_fmt(g['ttft_bias_mean'], 2)} / "
@@ -529,31 +588,40 @@ def report(grades: list[dict]) -> None:
               f"{_fmt(g['cpu_us_per_token'], 0)} | {'; '.join(notes) or '-'} |")
 
 
-Runner = Callable[[str, int, Path, Path], tuple[ToolRun, dict[str, dict]]]
+def rotated(items: Sequence[str], by: int) -> list[str]:
+    by %= len(items)
+    return [*items[by:], *items[:by]]
 
 
-def sweep(runner: Runner, levels: Sequence[int], tools: Sequence[str], tmp: Path,
-          tok: Path, not_run: dict[str, str], server: str) -> list[dict]:
-    """Every tool at every level, the tools' order rotating by one per level."""
+def sweep(runners: dict[str, Runner], levels: Sequence[int], tools: Sequence[str], tmp: Path,
+          tok: Path, not_run: dict[str, str], passes: int = 1) -> list[dict]:
+    """Every tool at every level on every server (the runners, by name), `passes` times per
+    level, a tool's servers back to back: the tools' order rotates by one per pass, the
+    servers' by one per tool run, so that neither server always goes first while the
+    machine drifts."""
     grades = []
-    for step, c in enumerate(levels):
-        order = [*tools[step % len(tools):], *tools[:step % len(tools)]]
-        for tool in order:
-            if tool in not_run:
-                continue
-            work = tmp / f"{server}-{tool.split()[0]}-{c}"
-            work.mkdir()
-            t0 = time.monotonic()
-            try:
-                run, truth = runner(tool, c, tok, work)
-            except NotRun as exc:
-                not_run[tool] = str(exc)
-                continue
-            grades.append(grade(run, truth))
-            print(f"{server}: {tool} C={c}: {len(run.rows)} requests in "
-                  f"{time.monotonic() - t0:.0f} s{', failed: ' + run.error if run.error else ''}",
-                  file=sys.stderr, flush=True)
-    grades.sort(key=lambda g: (g["level"], tools.index(g["tool"])))
+    turn = 0
+    for step, (c, n) in enumerate((c, n) for c in levels for n in range(1, passes + 1)):
+        for tool in rotated(tools, step):
+            for server in rotated(list(runners), turn):
+                if tool in not_run:
+                    continue
+                work = tmp / f"{server.replace(' ', '-')}-{tool.split()[0]}-{c}-{step}"
+                work.mkdir()
+                t0 = time.monotonic()
+                try:
+                    run, truth = runners[server](tool, c, tok, work)
+                except NotRun as exc:
+                    not_run[tool] = str(exc)
+                    continue
+                grades.append({"server": server, "pass": n, **grade(run, truth)})
+                print(f"{server}: {tool} C={c} (pass {n}): {len(run.rows)} requests in "
+                      f"{time.monotonic() - t0:.0f} s"
+                      f"{', failed: ' + run.error if run.error else ''}",
+                      file=sys.stderr, flush=True)
+            turn += 1
+    grades.sort(key=lambda g: (list(runners).index(g["server"]), g["level"],
+                               tools.index(g["tool"]), g["pass"]))
     return grades
 
 
@@ -564,6 +632,9 @@ def main() -> None:
     parser.add_argument("--bundled-levels", default=",".join(map(str, BUNDLED_LEVELS)),
                         help="the bundled server's levels (default spark's, "
                              f"{','.join(map(str, BUNDLED_LEVELS))}; empty: skip it)")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="runs of each tool at each level on each server (default 1); "
+                             "the split of the bias gives their medians")
     parser.add_argument("--tools", default=",".join(TOOLS),
                         help=f"tools to run (default {','.join(TOOLS)})")
     args = parser.parse_args()
@@ -571,6 +642,8 @@ def main() -> None:
     unknown = [t for t in tools if t not in TOOLS]
     if unknown:
         raise SystemExit(f"unknown tools {', '.join(unknown)}: choose from {', '.join(TOOLS)}")
+    if args.passes < 1:
+        parser.error(f"--passes is {args.passes}: it must be at least 1")
     levels = [int(c) for c in args.levels.split(",") if c]
     bundled_levels = [int(c) for c in args.bundled_levels.split(",") if c]
     not_run: dict[str, str] = {}
@@ -580,7 +653,8 @@ def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         tok = tokenizer_dir(Path(tmp))
-        mock = sweep(on_fresh_mock, levels, tools, Path(tmp), tok, not_run, "mock")
+        mock = sweep({arm: fresh_mock(arm) for arm in ARMS}, levels, tools, Path(tmp), tok,
+                     not_run, args.passes)
         mock_s = time.monotonic() - started
         bundled: list[dict] = []
         bundled_error = None
@@ -591,15 +665,19 @@ def main() -> None:
                 bundled_error = str(exc)
             else:
                 try:
-                    bundled = sweep(server.run, bundled_levels, tools, Path(tmp), tok, not_run,
-                                    "bundled")
+                    bundled = sweep({"bundled": server.run}, bundled_levels, tools, Path(tmp),
+                                    tok, not_run, args.passes)
                 finally:
                     server.close()
     ran = ", ".join(t for t in tools if t not in not_run)
     if levels:
         print(f"\n## The fake server ({' '.join(SERVER)}), levels "
-              f"{','.join(map(str, levels))}: {mock_s:.0f} s")
-        report(mock)
+              f"{','.join(map(str, levels))}, both arms, {args.passes} pass(es): {mock_s:.0f} s")
+        for arm in ARMS:
+            print(f"\n### The fake server that {arm}")
+            report([g for g in mock if g["server"] == arm])
+        print("\n### Each TTFT bias parted: the tool's and the counting server's")
+        report_split(split(mock))
     if bundled_levels:
         print(f"\n## The bundled server (serve --device spark), levels "
               f"{','.join(map(str, bundled_levels))}: {time.monotonic() - started - mock_s:.0f} s")

@@ -25,7 +25,7 @@ from pathlib import Path
 from statistics import fmean
 
 from benchmarks.users_search import free_port, start_mock, wait_healthy
-from explorer.data import level_counters
+from explorer.counters import level_counters
 from harness.results.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
