@@ -1,5 +1,6 @@
 """What the tests share besides fixtures: the repository root, the fake server's fast knobs,
-the CLI run as a user runs it, a wait for a port, and a process group's live members."""
+the CLI run as a user runs it, waits for a port and for a run's rows, and the live processes
+that /proc shows."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from harness.config import RunConfig
 from harness.mock_server import ThreadedMockServer
@@ -19,6 +22,7 @@ from harness.results.store import Store
 from harness.run.session import RunResult
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 FAST = {"ttft_ms": 5, "itl_ms": 1}  # the knobs the `mock_server` fixture starts with
 
 
@@ -69,16 +73,44 @@ def run_cli(
     )
 
 
+def stored_rows(db: Path) -> int:
+    """The requests stored so far of the first run in results file `db` (0 before it has
+    one)."""
+    if not db.exists():
+        return 0
+    runs = Store(db).runs()
+    return len(Store(db).requests(runs[0].run_id)) if runs else 0
+
+
+def wait_while_running(condition: Callable[[], object], proc: subprocess.Popen, what: str,
+                       timeout_s: float = 60, poll_s: float = 0.05) -> None:
+    """Wait until `condition()` holds while `proc` goes on running: a process that ends
+    first fails the test with its output, a condition that never holds with `what`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{what} did not happen"
+        time.sleep(poll_s)
+
+
+def processes(read: Callable[[Path], T]) -> dict[int, T]:
+    """`read` of each process's /proc folder, by pid; a process gone (or not ours to read)
+    while it is read is left out."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = read(entry)
+            except OSError:
+                continue
+    return found
+
+
 def group_alive(pgid: int) -> list[int]:
     """Live (not zombie) processes of a process group."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
+    def state_and_group(entry: Path) -> tuple[str, int]:
+        fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[2])
+
+    return [pid for pid, (state, group) in processes(state_and_group).items()
+            if group == pgid and state != "Z"]

@@ -17,6 +17,7 @@ import duckdb
 
 from harness.results.schema import (
     MIGRATIONS,
+    NO_EXTENSIONS,
     SCHEMA,
     SCHEMA_VERSION,
     STAMP,
@@ -30,9 +31,6 @@ class StoreError(RuntimeError):
     """The results file cannot be used; the message is one sentence for the user."""
 
 
-# DuckDB extensions are never loaded or fetched: DuckDB would download one over plain http to
-# open a SQLite file, and a crafted file's view could call on any other
-_NO_EXTENSIONS = {"autoload_known_extensions": False, "autoinstall_known_extensions": False}
 _DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
 # (device, inode) of the files seen to start as DuckDB files: each is read once a process, as
 # closing any descriptor on a file drops every lock the process holds on it, DuckDB's too
@@ -81,7 +79,7 @@ def connect(path: str | os.PathLike, read_only: bool = False,
     found = check_file(Path(path))
     if found is None and not (read_only or create):
         raise gone
-    con = duckdb.connect(str(path), read_only=read_only, config=dict(_NO_EXTENSIONS))
+    con = duckdb.connect(str(path), read_only=read_only, config=dict(NO_EXTENSIONS))
     if read_only or found is None or _inode(path) == found:
         return con
     made = not has_schema(con)

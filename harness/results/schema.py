@@ -3,6 +3,7 @@ version stamped in it, and what tells that a file an older version wrote needs u
 
 from __future__ import annotations
 
+import functools
 from importlib.resources import files
 
 import duckdb
@@ -23,40 +24,40 @@ SCHEMA = _sql("tables.sql") + _sql("views.sql")  # every statement is safe to ru
 MIGRATIONS = _sql("migrations.sql")
 STAMP = f"DELETE FROM schema_version; INSERT INTO schema_version VALUES ({SCHEMA_VERSION});"
 
-# (table, column, type) that only today's schema has: a file without one is upgraded
-CURRENT = {("runs", "measured_input_tokens", "DOUBLE"), ("requests", "retried", "VARCHAR"),
-           ("levels", "mean_prompt_tokens", "DOUBLE"), ("server_metrics", "value", "DOUBLE"),
-           ("levels", "probe", "BOOLEAN"), ("requests", "rate", "DOUBLE"),
-           ("requests", "scheduled_at", "TIMESTAMP"), ("server_stats", "rate", "DOUBLE"),
-           ("server_metrics", "rate", "DOUBLE"), ("levels", "rate", "DOUBLE"),
-           ("requests", "repeat", "INTEGER"), ("requests", "think_ms", "DOUBLE"),
-           ("requests", "turn", "INTEGER"), ("requests", "cached_tokens", "INTEGER"),
-           ("levels", "duty_cycle", "DOUBLE"), ("turns", "mean_cached_tokens", "DOUBLE"),
-           ("server_stats", "repeat", "INTEGER"), ("server_metrics", "repeat", "INTEGER"),
-           ("request_figures", "tps", "DOUBLE"), ("levels", "busy_s", "DOUBLE"),
-           ("request_figures", "tpot_ms", "DOUBLE"), ("levels", "p99_e2e_ms", "DOUBLE"),
-           ("requests", "itl_counts", "INTEGER[]"), ("levels", "p99_itl_ms", "DOUBLE"),
-           ("chunk_times", "tokens", "INTEGER"), ("client_checks", "client_bound", "BOOLEAN"),
-           ("levels", "client_bound", "BOOLEAN"), ("client_checks", "cpu_wait_share", "DOUBLE"),
-           ("user_levels", "lead_in_requests", "INTEGER"),
-           ("schema_version", "version", "INTEGER"),
-           ("user_levels", "lead_in_settled", "BOOLEAN"),
-           ("user_levels", "lead_in_duty", "DOUBLE")}
+# every connection's: DuckDB extensions are never loaded or fetched (DuckDB would download one
+# over plain http to open a SQLite file, and a crafted file's view could call on any other)
+NO_EXTENSIONS = {"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+
+
+@functools.cache
+def current_columns() -> frozenset[tuple[str, str, str]]:
+    """(table or view, column, type) of today's layout, read from an empty in-memory database
+    that tables.sql and views.sql were run on: a file lacking one is upgraded."""
+    con = duckdb.connect(":memory:", config=dict(NO_EXTENSIONS))
+    try:
+        con.execute(SCHEMA)
+        return frozenset(_columns(con))
+    finally:
+        con.close()
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str, str]]:
+    return set(con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+        "WHERE database_name = current_database()"
+    ).fetchall())
 
 
 def outdated(con: duckdb.DuckDBPyConnection) -> bool:
     """The file holds results from an older version: a runs table, but not today's columns
     or not the index that keeps request ids unique."""
-    have = set(con.execute(
-        "SELECT table_name, column_name, data_type FROM duckdb_columns() "
-        "WHERE database_name = current_database()"
-    ).fetchall())
+    have = _columns(con)
     if not any(t == "runs" for t, _, _ in have):
         return False
     indexed = con.execute(
         "SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() "
         "AND index_name = 'requests_unique_id'").fetchone()
-    return not have >= CURRENT or not (indexed and indexed[0])
+    return not have >= current_columns() or not (indexed and indexed[0])
 
 
 def has_schema(con: duckdb.DuckDBPyConnection, table: str = "runs") -> bool:

@@ -2,47 +2,35 @@
 flags are refused to it, and its levels run, are stored and resume like the built-in ones'."""
 
 import itertools
-from collections.abc import Sequence
+import types
 
 import pytest
 
 from engram_bench.parser import build_parser
 from engram_bench.run_config import config_for
 from harness.config import ConfigError
-from harness.records import RequestRecord
 from harness.results.store import Store
 from harness.run import modes
-from harness.run.modes.base import Commit, OnRecord, Sender
-from harness.run.modes.rounds import RoundsMode, rounds_sender
-from harness.run.sweep import Sweep
+from tests.helpers import ROOT
 
 DEAD_URL = "http://127.0.0.1:9/v1"
+EXAMPLE = "# harness/run/modes/serial.py\n"  # the first line of docs/design.md's worked example
 
 
-async def _send_serial(sweep: Sweep, c: int, rounds: Sequence[int], commit: Commit,
-                       on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
-    """A round's C requests one after another (docs/design.md's worked example)."""
-    done: list[RequestRecord] = []
-    for rnd in rounds:
-        records = [await sweep.one(c, rnd, w, repeat=repeat) for w in range(c)]
-        for record in records:
-            on_record(record)
-        commit(records)
-        done.extend(records)
-    return done
-
-
-class _Serial(RoundsMode):
-    name = "serial"
-    help = "serial: C workers, one request at a time"
-
-    def sender(self, sweep: Sweep) -> Sender:
-        return rounds_sender(sweep, _send_serial)
+def _worked_example() -> types.ModuleType:
+    """docs/design.md's example mode (its C workers take turns, one request in flight at a
+    time), run as the module it says it is, so the docs show a mode that works."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    start = design.index(EXAMPLE)
+    module = types.ModuleType("harness.run.modes.serial")
+    exec(compile(design[start:design.index("```", start)], "docs/design.md", "exec"),
+         module.__dict__)
+    return module
 
 
 @pytest.fixture
 def serial(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(modes.MODES, "serial", _Serial())
+    monkeypatch.setitem(modes.MODES, "serial", _worked_example().MODE)
 
 
 def _config(tmp_path, *flags: str):

@@ -22,7 +22,7 @@ import pytest
 from harness.results import spill
 from harness.results.store import Store, fill_token_timing
 from runners.lifecycle import free_port
-from tests.helpers import ROOT, run_cli, wait_for_port
+from tests.helpers import ROOT, run_cli, stored_rows, wait_for_port, wait_while_running
 
 RUN = [sys.executable, "-m", "engram_bench", "run"]  # stderr: its progress lines
 
@@ -41,19 +41,15 @@ def _start_run(*flags: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def _stored_rows(db: Path) -> int:
-    if not db.exists():
-        return 0
-    runs = Store(db).runs()
-    return len(Store(db).requests(runs[0].run_id)) if runs else 0
-
-
-def _wait(condition, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{what} did not happen"
-        time.sleep(0.05)
+def _interrupted_run(db: Path, rows: int, interrupt: Callable[[subprocess.Popen], object],
+                     *flags: str) -> tuple[int, str]:
+    """A run writing results file `db`, interrupted (`interrupt(its process)`) once it has
+    stored `rows` requests (its first round): its exit status and stderr once it ended."""
+    proc = _start_run(*flags, "--db", str(db))
+    wait_while_running(lambda: stored_rows(db) >= rows, proc, "a first stored round")
+    interrupt(proc)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
 
 
 def _writer_pid(parent: int, timeout: float = 10) -> int:
@@ -79,12 +75,10 @@ def test_a_killed_writer_is_restarted_and_every_measured_request_is_stored(tmp_p
     url, server = _mock("--ttft-ms", "5", "--itl-ms", "4")  # ~8 s in all: the kill lands
     try:  # while rounds are still to come (a writer killed after the last one restarts never)
         db = tmp_path / "b.duckdb"
-        proc = _start_run("--url", url, "--levels", "2,4", "--rounds", "30",
-                          "--output-tokens", "32", "--db", str(db), "--no-progress")
-        _wait(lambda: _stored_rows(db) >= 4, proc, "a first stored round")
-        os.kill(_writer_pid(proc.pid), signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
+        code, err = _interrupted_run(
+            db, 4, lambda proc: os.kill(_writer_pid(proc.pid), signal.SIGKILL), "--url", url,
+            "--levels", "2,4", "--rounds", "30", "--output-tokens", "32", "--no-progress")
+        assert code == 0, err
         # said with the progress off too: nothing stored says it
         assert "the results writer process died: restarted it" in " ".join(err.split())
         assert "Traceback" not in err
@@ -166,12 +160,9 @@ def test_a_full_disk_stops_the_run_at_once_and_resume_recovers_every_measured_ro
 def test_a_target_that_dies_mid_run_fails_the_run(tmp_path):
     url, server = _mock("--ttft-ms", "20", "--itl-ms", "2")  # ~15 s in all: the kill lands
     db = tmp_path / "b.duckdb"
-    proc = _start_run("--url", url, "--levels", "1,2,4", "--rounds", "100",
-                      "--output-tokens", "16", "--db", str(db))
-    _wait(lambda: _stored_rows(db) >= 3, proc, "a first stored round")
-    server.kill()
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1, err
+    code, err = _interrupted_run(db, 3, lambda _: server.kill(), "--url", url, "--levels",
+                                 "1,2,4", "--rounds", "100", "--output-tokens", "16")
+    assert code == 1, err
     assert "the server stopped answering at C=" in err and "Traceback" not in err
     run = Store(db).runs()[0]
     assert run.status == "failed" and "stopped answering" in run.error
@@ -182,12 +173,10 @@ def test_a_target_that_dies_mid_run_fails_the_run(tmp_path):
 def test_keep_going_stores_a_dead_target_as_errors_and_completes(tmp_path):
     url, server = _mock("--ttft-ms", "20", "--itl-ms", "2")  # ~5 s of C=1: the kill lands
     db = tmp_path / "b.duckdb"
-    proc = _start_run("--url", url, "--levels", "1,2", "--rounds", "100", "--output-tokens",
-                      "16", "--keep-going", "--connect-timeout", "1", "--db", str(db))
-    _wait(lambda: _stored_rows(db) >= 3, proc, "a first stored round")
-    server.kill()
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    code, err = _interrupted_run(db, 3, lambda _: server.kill(), "--url", url, "--levels",
+                                 "1,2", "--rounds", "100", "--output-tokens", "16",
+                                 "--keep-going", "--connect-timeout", "1")
+    assert code == 0, err
     run = Store(db).runs()[0]
     assert run.status == "complete"
     records = Store(db).requests(run.run_id)
@@ -199,12 +188,9 @@ def test_a_results_file_deleted_mid_run_is_put_back_and_resume_completes_the_run
     url, server = _mock("--ttft-ms", "5", "--itl-ms", "2")  # ~10 s in all: the deletion lands
     try:  # while rounds are still to come
         db = tmp_path / "b.duckdb"
-        proc = _start_run("--url", url, "--levels", "2,4", "--rounds", "40",
-                          "--output-tokens", "16", "--db", str(db))
-        _wait(lambda: _stored_rows(db) >= 4, proc, "a first stored round")
-        db.unlink()
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 1, err
+        code, err = _interrupted_run(db, 4, lambda _: db.unlink(), "--url", url, "--levels",
+                                     "2,4", "--rounds", "40", "--output-tokens", "16")
+        assert code == 1, err
         said = " ".join(err.split())  # progress lines fold at 80 columns
         assert "Traceback" not in err and f"the results file {db} was deleted" in said, err
         run = Store(db).runs()[0]  # put back as it was, the run marked failed in it

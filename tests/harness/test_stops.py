@@ -4,12 +4,14 @@ results file's lock. `make test-faults` stops runs at many random moments."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,7 +19,7 @@ import httpx
 from harness.results import spill
 from harness.results.store import Store
 from harness.run.session import CALIBRATION_SAMPLES
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, run_cli, stored_rows, wait_while_running
 
 RUN = [sys.executable, "-m", "engram_bench", "run", "--no-progress"]
 
@@ -28,37 +30,31 @@ def _start(url: str, db: Path, *flags: str, **popen: object) -> subprocess.Popen
                             **popen)  # type: ignore[call-overload]
 
 
-def _wait(condition, proc: subprocess.Popen, what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{what} did not happen"
-        time.sleep(0.02)
-
-
-def _stored_rows(db: Path) -> int:
-    if not db.exists():
-        return 0
-    runs = Store(db).runs()
-    return len(Store(db).requests(runs[0].run_id)) if runs else 0
-
-
-def _stop(proc: subprocess.Popen, send: object, timeout_s: float = 15) -> tuple[str, float]:
-    """Send the stop (a callable), and the run's stderr with the seconds it took to end."""
+def _stop(proc: subprocess.Popen, signum: int, group: bool = False,
+          timeout_s: float = 15) -> str:
+    """Send the stop `signum` (to the run's whole process group with `group`, as a closed
+    terminal hangs up); the run must end by it within 5 s. Its stderr."""
     t0 = time.monotonic()
-    send()  # type: ignore[operator]
+    if group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
     try:
         _, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise AssertionError(f"still running {timeout_s} s after the stop") from None
-    return err, time.monotonic() - t0
+    took = time.monotonic() - t0
+    assert proc.returncode == 128 + signum, err
+    assert took < 5, f"the stop took {took:.1f} s"
+    return err
 
 
-def _hold_lock(db: Path) -> subprocess.Popen:
-    """A process holding a writer connection to `db` (as a DuckDB shell on it does), once it
-    got one between the run's short connections; kill it to let go."""
+@contextlib.contextmanager
+def _lock_held(db: Path) -> Iterator[None]:
+    """Another process holds a writer connection to `db` (as a DuckDB shell on it does),
+    taken between the run's short connections, until the block ends."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys, time\n"
          "while True:\n"
@@ -68,8 +64,12 @@ def _hold_lock(db: Path) -> subprocess.Popen:
          "        time.sleep(0.002)\n"
          "print('held', flush=True)\n"
          "time.sleep(60)\n", str(db)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    return holder
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_closed_terminal_aborts_the_run_as_sigterm_does(mock_process, tmp_path):
@@ -79,10 +79,8 @@ def test_a_closed_terminal_aborts_the_run_as_sigterm_does(mock_process, tmp_path
     db = tmp_path / "b.duckdb"
     proc = _start(url, db, "--levels", "4", "--rounds", "200", "--output-tokens", "32",
                   start_new_session=True)
-    _wait(lambda: _stored_rows(db) >= 8, proc, "two stored rounds")
-    err, took = _stop(proc, lambda: os.killpg(proc.pid, signal.SIGHUP))
-    assert proc.returncode == 128 + signal.SIGHUP, err
-    assert took < 5, f"the stop took {took:.1f} s"
+    wait_while_running(lambda: stored_rows(db) >= 8, proc, "two stored rounds")
+    err = _stop(proc, signal.SIGHUP, group=True)
     assert "Traceback" not in err and "leaked" not in err, err
     run = Store(db).runs()[0]
     assert run.status == "aborted"
@@ -94,10 +92,8 @@ def test_a_stop_during_calibration_says_nothing_was_stored(mock_process, tmp_pat
     db = tmp_path / "b.duckdb"
     proc = _start(url, db, "--levels", "1", "--rounds", "2", "--output-tokens", "4")
     timings = url.removesuffix("/v1") + "/mock/timings"
-    _wait(lambda: httpx.get(timings).json(), proc, "a calibration request")
-    err, took = _stop(proc, lambda: proc.send_signal(signal.SIGTERM))
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert took < 5, f"the stop took {took:.1f} s"
+    wait_while_running(lambda: httpx.get(timings).json(), proc, "a calibration request")
+    err = _stop(proc, signal.SIGTERM)
     assert "stopped before the run started; nothing stored" in err, err
     assert "--resume" not in err  # there is nothing to resume
     assert Store(db).runs() == []
@@ -110,17 +106,11 @@ def test_a_stop_while_another_process_holds_the_file_spills_and_ends_at_once(
     rounds = 150  # over 50 ms each: the run is still measuring when the stop comes, however
     # long the holder takes to start on a busy machine (the stop ends it long before)
     proc = _start(url, db, "--levels", "2", "--rounds", str(rounds), "--output-tokens", "16")
-    _wait(lambda: _stored_rows(db) >= 4, proc, "two stored rounds")
-    holder = _hold_lock(db)
-    try:
+    wait_while_running(lambda: stored_rows(db) >= 4, proc, "two stored rounds")
+    with _lock_held(db):
         time.sleep(0.5)  # rounds measured meanwhile wait for the lock
         assert proc.poll() is None, "the run ended before the stop: give it more rounds"
-        err, took = _stop(proc, lambda: proc.send_signal(signal.SIGTERM))
-    finally:
-        holder.kill()
-        holder.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert took < 5, f"the stop took {took:.1f} s"
+        err = _stop(proc, signal.SIGTERM)
     assert "Traceback" not in err, err
     run_id = Store(db).runs()[0].run_id
     named = re.search(r"kept in (\S+\.unstored\.jsonl)", err)
@@ -141,9 +131,8 @@ def test_a_stop_while_the_run_waits_to_store_itself_ends_at_once(mock_process, t
     db = tmp_path / "b.duckdb"
     proc = _start(url, db, "--levels", "1", "--rounds", "2", "--output-tokens", "4")
     timings = url.removesuffix("/v1") + "/mock/timings"
-    _wait(lambda: httpx.get(timings).json(), proc, "a calibration request")
-    holder = _hold_lock(db)
-    try:
+    wait_while_running(lambda: httpx.get(timings).json(), proc, "a calibration request")
+    with _lock_held(db):
         answered: list[int] = []
 
         def calibrated() -> bool:  # whole probes answered, then none for 5 TTFTs
@@ -151,12 +140,7 @@ def test_a_stop_while_the_run_waits_to_store_itself_ends_at_once(mock_process, t
             time.sleep(0.1)
             return (len(answered) > 5 and answered[-6] == answered[-1]
                     and answered[-1] % CALIBRATION_SAMPLES == 0)
-        _wait(calibrated, proc, "the end of calibration")
-        err, took = _stop(proc, lambda: proc.send_signal(signal.SIGTERM))
-    finally:
-        holder.kill()
-        holder.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert took < 5, f"the stop took {took:.1f} s"
+        wait_while_running(calibrated, proc, "the end of calibration")
+        err = _stop(proc, signal.SIGTERM)
     assert "stopped before the run started; nothing stored" in err, err
     assert Store(db).runs() == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.results.store import Store
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, processes, run_cli
 
 TINY = ("--preset", "tiny", "--table-gb", "0.004", "--output-tokens", "4",
         "--input-tokens", "32", "--no-progress")
@@ -19,17 +19,11 @@ TINY = ("--preset", "tiny", "--table-gb", "0.004", "--output-tokens", "4",
 
 def servers_in(cwd: Path) -> list[int]:
     """Bundled-server processes whose working directory is `cwd`."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"runners.engram" in cmd and Path(os.readlink(entry / "cwd")) == cwd:
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
+    def serves_in(entry: Path) -> bool:
+        cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        return b"runners.engram" in cmd and Path(os.readlink(entry / "cwd")) == cwd
+
+    return [pid for pid, serving in processes(serves_in).items() if serving]
 
 
 def wait_gone(cwd: Path, timeout: float = 20) -> None:

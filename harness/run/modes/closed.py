@@ -6,38 +6,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.records import RequestRecord
-from harness.run.modes.base import Commit, OnRecord, Sender
-from harness.run.modes.rounds import RoundsMode, rounds_sender
+from harness.run.modes.base import Commit, OnRecord
+from harness.run.modes.rounds import RoundsMode
 from harness.run.sweep import Sweep, all_or_none
-
-
-async def send_closed(sweep: Sweep, c: int, rounds: Sequence[int], commit: Commit,
-                      on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
-    """Closed workers: each sends its rounds back to back."""
-    pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
-    done: list[RequestRecord] = []
-
-    async def worker(w: int) -> None:
-        history = sweep.conversation()
-        for rnd in rounds:
-            record = await sweep.one(c, rnd, w, repeat=repeat, history=history)
-            on_record(record)
-            bucket = pending[rnd]
-            bucket.append(record)
-            if len(bucket) == c:
-                commit(sorted(pending.pop(rnd), key=lambda r: r.worker))
-                done.extend(bucket)
-
-    await all_or_none([worker(w) for w in range(c)])
-    return done
 
 
 class Closed(RoundsMode):
     name = "closed"
     help = "closed: C workers back to back"
 
-    def sender(self, sweep: Sweep) -> Sender:
-        return rounds_sender(sweep, send_closed)
+    async def send(self, sweep: Sweep, c: int, rounds: Sequence[int], commit: Commit,
+                   on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
+        """Closed workers: each sends its rounds back to back; a round is committed once its
+        C requests have ended, whichever worker was last."""
+        pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
+        done: list[RequestRecord] = []
+
+        async def worker(w: int) -> None:
+            history = sweep.conversation()
+            for rnd in rounds:
+                record = await sweep.one(c, rnd, w, repeat=repeat, history=history)
+                on_record(record)
+                bucket = pending[rnd]
+                bucket.append(record)
+                if len(bucket) == c:
+                    commit(sorted(pending.pop(rnd), key=lambda r: r.worker))
+                    done.extend(bucket)
+
+        await all_or_none([worker(w) for w in range(c)])
+        return done
 
 
 MODE = Closed()

@@ -23,16 +23,7 @@ from harness.config import (
 from harness.records import RequestRecord
 from harness.results.metrics import LevelStats
 from harness.run.arrivals import check_rate_levels, schedule
-from harness.run.modes.base import (
-    Commit,
-    Ledger,
-    Level,
-    LevelOutcome,
-    LoadMode,
-    OnRecord,
-    Pass,
-    Sender,
-)
+from harness.run.modes import base
 from harness.run.modes.flags import parsed_by, positive_float
 from harness.wire.client import stream_completion
 
@@ -40,7 +31,7 @@ if TYPE_CHECKING:
     from harness.run.sweep import Sweep
 
 
-def _report(on_record: OnRecord, task: asyncio.Task[RequestRecord]) -> None:
+def _report(on_record: base.OnRecord, task: asyncio.Task[RequestRecord]) -> None:
     """Progress as each open-loop request ends; a cancelled one (Ctrl-C) reports nothing."""
     if not task.cancelled() and task.exception() is None:
         on_record(task.result())
@@ -53,7 +44,8 @@ class RateSender:
     def __init__(self, sweep: Sweep) -> None:
         self.sweep = sweep
 
-    async def run_pass(self, p: Pass, commit: Commit, on_record: OnRecord) -> LevelOutcome:
+    async def run_pass(self, p: base.Pass, commit: base.Commit,
+                       on_record: base.OnRecord) -> base.LevelOutcome:
         sweep, rate = self.sweep, p.level.rate
         assert rate is not None
         offsets = sweep.schedule(rate)
@@ -74,13 +66,13 @@ class RateSender:
             tasks.append(task)
         records = list(await asyncio.gather(*tasks))
         commit(records)
-        return LevelOutcome(0, records, time.process_time() - cpu0, rate)
+        return base.LevelOutcome(0, records, time.process_time() - cpu0, rate)
 
     async def stop(self) -> None:
         """A level's requests are all awaited within its pass."""
 
 
-class Rate(LoadMode):
+class Rate(base.LoadMode):
     name = "rate"
     help = "rate: open loop at each of --rates"
     stored_as = (("duration", "duration_s"),)
@@ -146,18 +138,19 @@ class Rate(LoadMode):
         return (f"rate mode, {config.arrival} arrivals at {rates} requests/s, "
                 f"{config.duration_s:g} s each")
 
-    def levels(self, config: RunConfig) -> tuple[Level, ...]:
-        return tuple(Level(0, rate) for rate in config.rates)
+    def levels(self, config: RunConfig) -> tuple[base.Level, ...]:
+        return tuple(base.Level(0, rate) for rate in config.rates)
 
-    def owed(self, config: RunConfig, level: Level, ledger: Ledger) -> list[Pass]:
+    def owed(self, config: RunConfig, level: base.Level,
+             ledger: base.Ledger) -> list[base.Pass]:
         """A rate level is stored whole or not at all."""
         assert level.rate is not None
         if level.rate in ledger.rates:
             return []
         sends = schedule(level.rate, config.duration_s, config.arrival, config.seed)
-        return [Pass(level, requests=len(sends))]
+        return [base.Pass(level, requests=len(sends))]
 
-    def sender(self, sweep: Sweep) -> Sender:
+    def sender(self, sweep: Sweep) -> base.Sender:
         return RateSender(sweep)
 
     def notes(self, stats: LevelStats) -> list[str]:

@@ -5,30 +5,17 @@ only the rounds (of each repeat) still missing."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.config import RunConfig
 from harness.records import RequestRecord
-from harness.run.modes.base import (
-    Commit,
-    Ledger,
-    Level,
-    LevelOutcome,
-    LoadMode,
-    OnRecord,
-    Pass,
-    Sender,
-)
+from harness.run.modes import base
+from harness.run.workload import Turn
 
 if TYPE_CHECKING:
     from harness.run.sweep import Sweep
-
-# how a mode sends one pass's rounds at level C: (sweep, C, rounds, commit, on_record, repeat)
-SendRounds = Callable[["Sweep", int, Sequence[int], Commit, OnRecord, int],
-                      Awaitable[list[RequestRecord]]]
-
 
 def todo(config: RunConfig, missing: list[int]) -> list[int]:
     """Rounds to run: the missing ones, widened under --turns N to whole conversations (a turn
@@ -39,8 +26,9 @@ def todo(config: RunConfig, missing: list[int]) -> list[int]:
     return [r for s in starts for r in range(s, min(s + config.turns, config.rounds))]
 
 
-class RoundsMode(LoadMode):
-    """A mode whose levels are concurrencies C, each pass C x rounds requests."""
+class RoundsMode(base.LoadMode):
+    """A mode whose levels are concurrencies C, each pass C x rounds requests, sent a round
+    at a time (`send_round`) unless the mode's `send` sends them otherwise."""
 
     def describe(self, config: RunConfig) -> str:
         repeats = f", {config.repeat} repeats interleaved per level" if config.repeat > 1 else ""
@@ -48,7 +36,8 @@ class RoundsMode(LoadMode):
         return (f"{self.name} mode, levels {list(config.levels)}, {config.rounds} "
                 f"rounds{repeats}{turns}")
 
-    def owed(self, config: RunConfig, level: Level, ledger: Ledger) -> list[Pass]:
+    def owed(self, config: RunConfig, level: base.Level,
+             ledger: base.Ledger) -> list[base.Pass]:
         """Each repeat's missing rounds; a conversation begun but not ended is sent again
         from its first turn (its stored rounds deleted first)."""
         c, passes = level.concurrency, []
@@ -57,8 +46,31 @@ class RoundsMode(LoadMode):
                                    if (c, repeat, r) not in ledger.done])
             redo = tuple(r for r in rounds if (c, repeat, r) in ledger.done)
             if rounds:
-                passes.append(Pass(level, repeat, c * len(rounds), tuple(rounds), redo))
+                passes.append(base.Pass(level, repeat, c * len(rounds), tuple(rounds), redo))
         return passes
+
+
+    async def send_round(self, sweep: Sweep, c: int, rnd: int, repeat: int,
+                         conversations: list[list[Turn] | None]) -> list[RequestRecord]:
+        """One round's C requests, its records in worker order (`conversations`: each
+        worker's, Sweep.conversation)."""
+        raise NotImplementedError
+
+    async def send(self, sweep: Sweep, c: int, rounds: Sequence[int], commit: base.Commit,
+                   on_record: base.OnRecord, repeat: int = 0) -> list[RequestRecord]:
+        """A pass's rounds, one at a time, each committed once its C requests have ended."""
+        done: list[RequestRecord] = []
+        conversations = [sweep.conversation() for _ in range(c)]
+        for rnd in rounds:
+            records = await self.send_round(sweep, c, rnd, repeat, conversations)
+            for record in records:
+                on_record(record)
+            commit(records)
+            done.extend(records)
+        return done
+
+    def sender(self, sweep: Sweep) -> base.Sender:
+        return RoundsSender(sweep, self)
 
 
 @dataclass(slots=True)
@@ -66,19 +78,16 @@ class RoundsSender:
     """Sends a pass's rounds with the connections open before the clock starts."""
 
     sweep: Sweep
-    send: SendRounds
+    mode: RoundsMode
 
-    async def run_pass(self, p: Pass, commit: Commit, on_record: OnRecord) -> LevelOutcome:
+    async def run_pass(self, p: base.Pass, commit: base.Commit,
+                       on_record: base.OnRecord) -> base.LevelOutcome:
         c = p.level.concurrency
         await self.sweep.pool.warm(c)
         cpu0 = time.process_time()
-        records = await self.send(self.sweep, c, p.rounds, commit, on_record, p.repeat)
+        records = await self.mode.send(self.sweep, c, p.rounds, commit, on_record, p.repeat)
         self.sweep.remember_latency(records)
-        return LevelOutcome(c, records, time.process_time() - cpu0)
+        return base.LevelOutcome(c, records, time.process_time() - cpu0)
 
     async def stop(self) -> None:
         """Nothing sends between passes."""
-
-
-def rounds_sender(sweep: Sweep, send: SendRounds) -> Sender:
-    return RoundsSender(sweep, send)

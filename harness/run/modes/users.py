@@ -39,16 +39,7 @@ from harness.config import (
 from harness.records import RequestRecord
 from harness.results.store import Store
 from harness.results.users import LeadIn
-from harness.run.modes.base import (
-    Commit,
-    Ledger,
-    Level,
-    LevelOutcome,
-    LoadMode,
-    OnRecord,
-    Pass,
-    Sender,
-)
+from harness.run.modes import base
 from harness.run.modes.flags import number
 from harness.run.think import MIN_MEMORY, LevelThink, Pacing
 from harness.run.workload import Turn
@@ -97,8 +88,8 @@ class _UsersLevel:
     c: int
     count: int  # stored requests to send
     think: LevelThink
-    commit: Commit
-    on_record: OnRecord
+    commit: base.Commit
+    on_record: base.OnRecord
     repeat: int
     first_round: int
     stored_before: int
@@ -189,7 +180,8 @@ class Crowd:
         self._level: _UsersLevel | None = None  # the level the users send for
         self._unstored_sent = 0
 
-    async def run_pass(self, p: Pass, commit: Commit, on_record: OnRecord) -> LevelOutcome:
+    async def run_pass(self, p: base.Pass, commit: base.Commit,
+                       on_record: base.OnRecord) -> base.LevelOutcome:
         """One pass of U users storing `p.requests` requests (a resumed pass: the ones its
         `stored_before` left; their rounds number on from `first_round`). The users of the
         pass before carry on into this one."""
@@ -221,11 +213,11 @@ class Crowd:
             await self.stop()
             raise
         sweep.remember_latency(level.done)
-        return LevelOutcome(c, level.done, time.process_time() - cpu0,
-                            unstored_chunks=level.unstored_chunks,
-                            think_mean_s=think.mean_drawn_around_s, lead_in=level.lead_ins,
-                            lead_in_settled=level.lead_in_settled,
-                            lead_in_duty=level.lead_in_duty)
+        return base.LevelOutcome(c, level.done, time.process_time() - cpu0,
+                                 unstored_chunks=level.unstored_chunks,
+                                 think_mean_s=think.mean_drawn_around_s, lead_in=level.lead_ins,
+                                 lead_in_settled=level.lead_in_settled,
+                                 lead_in_duty=level.lead_in_duty)
 
     async def _until_over(self, level: _UsersLevel) -> None:
         """Until the level's last stored request has ended; a user that fails ends the run."""
@@ -329,7 +321,7 @@ def _check_think(config: RunConfig) -> None:
                           f"not {config.think_dist!r}")
 
 
-class Users(LoadMode):
+class Users(base.LoadMode):
     name = "users"
     help = "users: each level is a number of simulated users who think between requests " \
            "(--profile)"
@@ -385,7 +377,8 @@ class Users(LoadMode):
         return (f"users mode, {profile}users at {think_model(config).describe()}, users "
                 f"{list(config.levels)}, {config.rounds} requests each{turns}")
 
-    def owed(self, config: RunConfig, level: Level, ledger: Ledger) -> list[Pass]:
+    def owed(self, config: RunConfig, level: base.Level,
+             ledger: base.Ledger) -> list[base.Pass]:
         """A users pass stores U x rounds requests; a resumed one sends those it lacks."""
         c, passes = level.concurrency, []
         for repeat in range(config.repeat):
@@ -393,15 +386,15 @@ class Users(LoadMode):
             first = 0 if last_round is None else last_round + 1
             first += -first % config.turns
             if count < c * config.rounds:
-                passes.append(Pass(level, repeat, c * config.rounds - count, first_round=first,
-                                   stored_before=count))
+                passes.append(base.Pass(level, repeat, c * config.rounds - count,
+                                        first_round=first, stored_before=count))
         return passes
 
-    def sender(self, sweep: Sweep) -> Sender:
+    def sender(self, sweep: Sweep) -> base.Sender:
         return Crowd(sweep)
 
-    def store_pass(self, store: Store, config: RunConfig, run_id: str, p: Pass,
-                   outcome: LevelOutcome) -> None:
+    def store_pass(self, store: Store, config: RunConfig, run_id: str, p: base.Pass,
+                   outcome: base.LevelOutcome) -> None:
         """The level's mean think and its lead-in."""
         store.write_user_level(run_id, p.level.concurrency, p.repeat, outcome.think_mean_s,
                                config.think_dist,
