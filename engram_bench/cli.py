@@ -29,6 +29,7 @@ from harness.run.prompts import PromptFileError
 from harness.wire.endpoint import EndpointError
 from harness.wire.target import TargetError
 from runners import commands as runner_commands
+from runners import engines
 from runners.engines import EngineFlagError, UnknownEngine
 from runners.lifecycle import ServerDied, ServerStartError
 from runners.profiles import UnknownDevice
@@ -59,9 +60,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
 
 
 def serve(argv: list[str]) -> int:
-    """The server runs torch; the harness never imports it, so serve is its own process."""
-    extras.require("server")
-    os.execv(sys.executable, [sys.executable, "-m", "runners.engram", *argv])
+    """The default engine's server in this process's place: it runs torch, which the harness
+    never imports, so serve is its own process."""
+    engine = engines.DEFAULT
+    assert engine.serve_module is not None  # the default engine is one this package serves
+    if engine.extra:
+        extras.require(engine.extra)
+    os.execv(sys.executable, [sys.executable, "-m", engine.serve_module, *argv])
     return 0  # not reached
 
 

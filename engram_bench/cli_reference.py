@@ -7,10 +7,11 @@ equal to this output, so the reference cannot drift from `--help`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 
 from engram_bench.parser import build_parser
-from runners.engram.__main__ import build_parser as serve_parser
+from runners.engines import DEFAULT
 
 WIDTH = "100"  # argparse wraps at $COLUMNS: fixed, so the page is the same on every terminal
 
@@ -23,11 +24,13 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def page() -> str:
-    """Markdown: the top-level help, then each command's own, `serve` from the server's."""
+    """Markdown: the top-level help, then each command's own, `serve` from the default
+    engine's server."""
     os.environ["COLUMNS"] = WIDTH
     parser = build_parser()
     commands = _subparsers(parser)
-    commands["serve"] = serve_parser()
+    assert DEFAULT.serve_module is not None
+    commands["serve"] = importlib.import_module(f"{DEFAULT.serve_module}.__main__").build_parser()
     parts = ["# CLI reference", "",
              "Generated from the argument parsers (`python -m engram_bench.cli_reference`); "
              "every default shown is the one the code uses.", "",

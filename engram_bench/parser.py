@@ -9,6 +9,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from common.flag_types import number as _number
+from common.flag_types import positive_float as _positive_float
+from common.flag_types import positive_int
 from common.help_format import DefaultsHelp
 from engram_bench.errors import UserError
 from harness.config import DEFAULT_LEVELS, MAX_TEMPERATURE, ConfigError, check_run_id, parse_levels
@@ -17,12 +20,9 @@ from harness.results.metrics import STATISTICS, Targets
 from harness.results.peer_views import PEER_TOOLS
 from harness.results.store import DEFAULT_DB
 from harness.run import modes
-from harness.run.modes.flags import number as _number
-from harness.run.modes.flags import positive_float as _positive_float
 from harness.wire.endpoint import API_PATHS
 from runners import commands as runner_commands
 from runners import engines
-from runners.commands import positive_int
 from runners.profiles import PROFILES
 
 TARGETS = Targets()  # the target flags' defaults
@@ -40,12 +40,6 @@ def _run_id(text: str) -> str:
         return check_run_id(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _cache_ratio(text: str) -> float:
-    if not 0 < (value := _number(text)) <= 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], not {text!r}")
-    return value
 
 
 def _temperature(text: str) -> float:
@@ -138,27 +132,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--device", help=f"device profile: {', '.join(PROFILES)}; without --url "
                      "the bundled server is started as that device would hold its table "
                      "(default: none)")
-    engines.add_argument(run)  # --bundled: the managed engines
     run.add_argument("--placement", help="table placement: of the bundled server, or a label "
                      "for --url (default: the device's)")
-    run.add_argument("--io", choices=("mmap", "direct"),
-                     help="bundled server: nvme I/O mode (default: the device's)")
-    run.add_argument("--table-size-gb", "--table-gb", type=_positive_float, metavar="G",
-                     help="bundled server: table size in GiB (default: the server's, 2; "
-                          "--table-gb is the old name)")
-    run.add_argument("--preset", default="qwen-mini", help="bundled server: model preset")
-    run.add_argument("--cache-ratio", type=_cache_ratio, metavar="R",
-                     help="bundled server: share of the table the page cache may hold, in "
-                          "(0, 1] (default: the device's)")
-    run.add_argument("--page-cache-gb", type=_positive_float, metavar="G",
-                     help="bundled server: page-cache budget for the table in GiB (default: "
-                          "from --cache-ratio)")
-    run.add_argument("--cache-state", choices=("cold", "warm"),
-                     help="bundled server: table start state (default: the server's, cold on "
-                          "nvme)")
-    run.add_argument("--decode", choices=("sample", "replay"),
-                     help="bundled server: output tokens (default: replay, a natural token "
-                          "stream)")
+    engines.add_arguments(run)  # --bundled and the flags of each managed engine
     run.add_argument("--engine", help="engine label (default: detected)")
     run.add_argument("--levels", type=_levels,
                      help="concurrency levels, e.g. 1,2,4,8 (default: the device's, else "
@@ -169,7 +145,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--turns", type=int, default=1, metavar="N",
                      help="requests per conversation: each turn resends the conversation so far "
                           "plus a new --input-tokens message, so the context grows and a prefix "
-                          "cache can reuse it (closed, burst and users modes)")
+                          "cache can reuse it (modes whose users wait for each answer)")
     _add_request_flags(run)
     run.add_argument("--warmup", type=int, default=0,
                      help="unstored requests before the sweep, sent at the first level's "
@@ -187,8 +163,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--repeat", type=int, default=1, metavar="N",
                      help="run the whole sweep N times in one run, interleaved per level (level "
                           "1 of every repeat, then level 2 ...), for a 95%% interval of each "
-                          "level's means and how many repeats agree on Max C (closed and burst "
-                          "modes)")
+                          "level's means and how many repeats agree on Max C (modes whose levels "
+                          "are concurrencies or users)")
     run.add_argument("--max-concurrency", type=positive_int, default=256,
                      help="the highest C the search may probe")
     run.add_argument("--no-server-metrics", dest="server_metrics", action="store_false",
@@ -254,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--port", type=positive_int, default=8501, help="port on 127.0.0.1")
 
     runner_commands.add_parsers(sub)
-    sub.add_parser("serve", help="start the bundled Engram server (see `serve --help`)",
+    sub.add_parser("serve", help=f"start {engines.DEFAULT.title} (see `serve --help`)",
                    add_help=False)
     return parser
 

@@ -20,7 +20,7 @@ from harness.results.render import print_capacity, print_peer_view, print_summar
 from harness.results.report import summarise
 from harness.results.run_row import RunRow
 from harness.results.store import Store
-from harness.results.users import paired_closed_run
+from harness.results.users import paired_concurrency_run
 from harness.run import modes
 
 
@@ -43,15 +43,16 @@ def show_run(store: Store, run_id: str, targets: Targets, as_json: bool, console
 
 
 def _paired_max_c(store: Store, run: RunRow, targets: Targets) -> tuple[str, int] | None:
-    """A users run: the newest closed run of its setup and that run's Max C (its estimate)."""
+    """A users run: the newest run of its setup keyed by C, and that run's Max C (its
+    estimate)."""
     if modes.keyed_by(run.mode or "") != "U":
         return None
-    closed = paired_closed_run(store.runs(), run)
-    if closed is None:
+    paired = paired_concurrency_run(store.runs(), run)
+    if paired is None:
         return None
-    stats = stats_by_level(store.requests(closed.run_id), cast(int, closed.output_tokens),
+    stats = stats_by_level(store.requests(paired.run_id), cast(int, paired.output_tokens),
                            targets.slo)
-    return closed.run_id, capacity([point(s, targets.statistic) for s in stats],
+    return paired.run_id, capacity([point(s, targets.statistic) for s in stats],
                                    targets).max_c
 
 

@@ -27,7 +27,7 @@ from harness.results.report import level_intervals
 from harness.results.run_row import RunRow
 from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
 from harness.results.store import DEFAULT_DB, Store, StoreError
-from harness.results.users import paired_closed_run
+from harness.results.users import paired_concurrency_run
 from harness.results.verdicts import users_verdict, verdict
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
@@ -395,7 +395,7 @@ def users_runs(runs_frame: pd.DataFrame, run_ids: Collection[str]) -> dict[str, 
     out = {}
     for run in rows:
         if level_key(run.mode) == "U" and run.run_id in run_ids:
-            paired = paired_closed_run(rows, run)
+            paired = paired_concurrency_run(rows, run)
             out[run.run_id] = None if paired is None else paired.run_id
     return out
 

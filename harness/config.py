@@ -29,7 +29,8 @@ MAX_DURATION_S = 86_400.0  # a rate level is stored only when it ends, so a stop
 # a day is the most worth risking on one level
 MAX_LABEL_CHARS = 1000  # a label names a run in tables and chart legends: a paragraph at most
 MAX_RUN_ID_CHARS = 128  # the tool's own ids have 20 characters, and every request id repeats it
-ARRIVALS = ("poisson", "constant")  # mode rate: harness.run.arrivals
+ARRIVALS = ("poisson", "constant")  # mode rate: harness.run.arrivals (the first the default)
+DEFAULT_DURATION_S = 60.0  # mode rate: seconds a rate level sends for
 # The published explorer's users per Max C of each profile (metrics.Targets' defaults). A user
 # in flight 1/factor of the time fills 1/factor of a slot, so each profile's duty cycle is one
 # over its factor
@@ -170,8 +171,8 @@ class RunConfig:
     search: bool = False  # after the levels, probe until Max C is known to the integer
     max_concurrency: int = 256  # the search never probes above this
     rates: tuple[float, ...] = ()  # mode rate: requests/s per level (its levels are empty)
-    arrival: str = "poisson"  # mode rate: poisson or constant gaps (harness.run.arrivals)
-    duration_s: float = 60.0  # mode rate: seconds each rate level sends for
+    arrival: str = ARRIVALS[0]  # mode rate: poisson or constant gaps (harness.run.arrivals)
+    duration_s: float = DEFAULT_DURATION_S  # mode rate: seconds each rate level sends for
     repeat: int = 1  # passes over the sweep, interleaved per level (harness.results.confidence)
     profile: str = ""  # mode users: chat or agentic (harness.config.PROFILES); "" with a duty
     duty_cycle: float | None = None  # mode users: share of a user's time with a request running

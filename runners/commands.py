@@ -10,18 +10,13 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
+from common.flag_types import positive_int
 from runners import recipes, sizing
 from runners.profiles import PROFILES
 
 
 class CommandError(ValueError):
     """Bad input to one of these commands; one sentence for the user."""
-
-
-def positive_int(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return int(text)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

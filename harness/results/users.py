@@ -300,8 +300,8 @@ def estimate_factor(profile: str | None, duty_target: float | None,
     return None, ""
 
 
-def paired_closed_run(runs: Sequence[RunRow], users_run: RunRow) -> RunRow | None:
-    """The newest complete closed or burst run of the same setup (device, engine, model,
+def paired_concurrency_run(runs: Sequence[RunRow], users_run: RunRow) -> RunRow | None:
+    """The newest complete run keyed by concurrency C of the same setup (device, engine, model,
     placement, prompt and output tokens) as a users run: where its Max C comes from."""
     keys = ("device", "engine", "model", "table_placement", "input_tokens", "output_tokens")
     matches = [r for r in runs

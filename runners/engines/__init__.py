@@ -24,12 +24,14 @@ class UnknownEngine(ValueError):
     """A stored run's server args that no engine of this version owns."""
 
 
-def add_argument(parser: argparse.ArgumentParser) -> None:
-    """--bundled, its choices and help from the registry."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--bundled, its choices and help from the registry, and each engine's own flags."""
     choices = "; ".join(f"{engine.name}, {engine.help}" for engine in ENGINES.values())
     parser.add_argument("--bundled", choices=tuple(ENGINES),
                         help=f"the server --device starts (no --url): {choices} (default: "
                              f"{DEFAULT.name})")
+    for engine in ENGINES.values():
+        engine.add_arguments(parser)
 
 
 def chosen(args: argparse.Namespace) -> ManagedEngine:

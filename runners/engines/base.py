@@ -22,14 +22,21 @@ class EngineFlagError(ValueError):
 
 class ManagedEngine:
     """A managed engine. `flags`: the `run` flags (argparse dests) that set up this engine
-    only, refused with any other; `extra`: the engram-bench extra this process needs to start
-    it (None: it brings its own install, made on first start)."""
+    only, refused with any other (those `add_arguments` adds, and any shared flag it alone
+    reads); `extra`: the engram-bench extra this process needs to start it (None: it brings
+    its own install, made on first start); `serve_module`: the module `engram-bench serve`
+    runs in its own process when this is the default engine."""
 
     name: ClassVar[str]
     help: ClassVar[str]  # its part of --bundled's help
     title: ClassVar[str]  # how a sentence names it
     flags: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str | None] = None
+    serve_module: ClassVar[str | None] = None
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """The `run` flags that set up this engine only (their dests listed in `flags`);
+        unset, each is None, so `given_flags` sees what the user typed."""
 
     def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
         """What a run stores to start (and, resumed, start again) this engine's server; led

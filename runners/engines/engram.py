@@ -7,18 +7,44 @@ import argparse
 import contextlib
 from collections.abc import Iterator, Sequence
 
+from common.flag_types import fraction, positive_float
 from runners.engines.base import ManagedEngine, Say
 from runners.lifecycle import BundledServer, ManagedServer
 from runners.profiles import DeviceProfile
+
+DEFAULT_PRESET = "qwen-mini"
 
 
 class Engram(ManagedEngine):
     name = "engram"
     help = "the bundled Engram server"
     title = "the bundled Engram server"
-    flags = ("placement", "io", "table_size_gb", "cache_ratio", "page_cache_gb", "cache_state",
-             "decode")
+    # --placement is a shared flag (a label for --url), read only by this engine
+    flags = ("placement", "io", "table_size_gb", "preset", "cache_ratio", "page_cache_gb",
+             "cache_state", "decode")
     extra = "server"  # torch and the HTTP stack, in this process's environment
+    serve_module = "runners.engram"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--io", choices=("mmap", "direct"),
+                            help="bundled server: nvme I/O mode (default: the device's)")
+        parser.add_argument("--table-size-gb", "--table-gb", type=positive_float, metavar="G",
+                            help="bundled server: table size in GiB (default: the server's, "
+                                 "2; --table-gb is the old name)")
+        parser.add_argument("--preset", help=f"bundled server: model preset (default: "
+                                              f"{DEFAULT_PRESET})")
+        parser.add_argument("--cache-ratio", type=fraction, metavar="R",
+                            help="bundled server: share of the table the page cache may hold, "
+                                 "in (0, 1] (default: the device's)")
+        parser.add_argument("--page-cache-gb", type=positive_float, metavar="G",
+                            help="bundled server: page-cache budget for the table in GiB "
+                                 "(default: from --cache-ratio)")
+        parser.add_argument("--cache-state", choices=("cold", "warm"),
+                            help="bundled server: table start state (default: the server's, "
+                                 "cold on nvme)")
+        parser.add_argument("--decode", choices=("sample", "replay"),
+                            help="bundled server: output tokens (default: replay, a natural "
+                                 "token stream)")
 
     def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
         """`engram-bench serve` flags; its decode defaults to replay here, and flags left
@@ -26,7 +52,7 @@ class Engram(ManagedEngine):
         optional = (("--io", args.io), ("--table-size-gb", args.table_size_gb),
                     ("--cache-ratio", args.cache_ratio), ("--page-cache-gb", args.page_cache_gb),
                     ("--cache-state", args.cache_state), ("--decode", args.decode or "replay"))
-        return ("--device", device.name, "--preset", args.preset,
+        return ("--device", device.name, "--preset", args.preset or DEFAULT_PRESET,
                 "--placement", self.table_placement(args, device),
                 *(item for flag, value in optional if value is not None
                   for item in (flag, repr(value) if isinstance(value, float) else value)))

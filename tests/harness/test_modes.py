@@ -49,6 +49,9 @@ def test_a_registered_mode_is_a_choice_and_refuses_the_flags_of_others(serial, t
         _config(tmp_path, "--mode", "serial", "--think-time", "1")
     with pytest.raises(ConfigError, match="--rates needs --mode rate"):
         _config(tmp_path, "--mode", "serial", "--rates", "1")
+    for flag, value in (("--duration", "30"), ("--arrival", "constant")):
+        with pytest.raises(ConfigError, match=f"^{flag} needs --mode rate$"):
+            _config(tmp_path, "--mode", "serial", flag, value)
 
 
 def test_a_registered_mode_runs_stores_and_resumes_its_levels(serial, sweep):

@@ -25,7 +25,7 @@ from harness.results.users import (
     UsersEstimate,
     duty_cycle,
     in_flight,
-    paired_closed_run,
+    paired_concurrency_run,
     steady_state,
     worst_lead_in,
 )
@@ -83,7 +83,7 @@ def test_estimate_sets_measured_users_beside_max_c_times_the_factor():
     assert UsersEstimate(30, 0.26, None, 4.0).estimated_users is None
 
 
-def test_paired_closed_run_is_the_newest_complete_one_of_the_same_setup():
+def test_paired_concurrency_run_is_the_newest_complete_one_of_the_same_setup():
     base = RunRow(run_id="users", device="spark", engine="mock", model="m",
                   table_placement="nvme", input_tokens=128, output_tokens=128)
 
@@ -94,8 +94,8 @@ def test_paired_closed_run_is_the_newest_complete_one_of_the_same_setup():
 
     runs = [closed("old", 1), closed("new", 2), closed("bad", 3, status="aborted"),
             closed("mem", 4, table_placement="device")]
-    assert paired_closed_run(runs, dataclasses.replace(base, mode="users")).run_id == "new"
-    assert paired_closed_run(runs, dataclasses.replace(base, input_tokens=4096)) is None
+    assert paired_concurrency_run(runs, dataclasses.replace(base, mode="users")).run_id == "new"
+    assert paired_concurrency_run(runs, dataclasses.replace(base, input_tokens=4096)) is None
 
 
 def test_measured_chat_users_are_within_15_percent_of_the_duty_cycle_prediction(

@@ -74,6 +74,8 @@ def test_the_engram_engines_flags_are_refused_with_another_engine(tmp_path):
                 "--decode", "sample")
     assert str(refused.value) == ("--io, --decode set up the bundled Engram server, not vLLM: "
                                   "drop them or leave out --bundled vllm")
+    with pytest.raises(EngineFlagError, match=r"^--preset set up the bundled Engram server"):
+        _config(tmp_path, "--device", "cpu", "--bundled", "vllm", "--preset", "tiny")
 
 
 def test_an_engine_added_to_the_registry_alone_serves_a_run(tmp_path, monkeypatch, capsys):

@@ -1,30 +1,15 @@
-"""Value types of command-line flags, shared by the modes' flags and the CLI's: a bad value
-is refused by argparse in one sentence naming the flag, exit 2."""
+"""Flag types that read a value with the harness's own parsers (common.flag_types has the
+plain ones): a bad value is refused by argparse in one sentence naming the flag, exit 2."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from typing import TypeVar
 
 from harness.config import ConfigError
 
 _T = TypeVar("_T")
-
-
-def number(text: str) -> float:
-    """The flag's value, NaN when it is no number (every range check then fails)."""
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
-def positive_float(text: str) -> float:
-    if not 0 < (value := number(text)) < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
-    return value
 
 
 def parsed_by(parse: Callable[[str], _T]) -> Callable[[str], _T]:

@@ -12,8 +12,10 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from common.flag_types import positive_float
 from harness.config import (
     ARRIVALS,
+    DEFAULT_DURATION_S,
     MAX_DURATION_S,
     MAX_RUN_REQUESTS,
     ConfigError,
@@ -24,7 +26,7 @@ from harness.records import RequestRecord
 from harness.results.metrics import LevelStats
 from harness.run.arrivals import check_rate_levels, schedule
 from harness.run.modes import base
-from harness.run.modes.flags import parsed_by, positive_float
+from harness.run.modes.flags import parsed_by
 from harness.wire.client import stream_completion
 
 if TYPE_CHECKING:
@@ -81,10 +83,11 @@ class Rate(base.LoadMode):
         parser.add_argument("--rates", type=parsed_by(parse_rates),
                             help="mode rate: request rates in requests/s, e.g. 0.5,1,2,4 "
                                  "(default: none)")
-        parser.add_argument("--arrival", choices=ARRIVALS, default="poisson",
+        parser.add_argument("--arrival", choices=ARRIVALS, default=ARRIVALS[0],
                             help="mode rate: poisson (exponential gaps, seeded by --seed) or "
                                  "constant gaps")
-        parser.add_argument("--duration", type=positive_float, default=60.0, metavar="S",
+        parser.add_argument("--duration", type=positive_float, default=DEFAULT_DURATION_S,
+                            metavar="S",
                             help="mode rate: seconds each rate level sends for")
 
     def read_flags(self, args: argparse.Namespace, chosen: bool) -> dict[str, object]:
@@ -97,8 +100,12 @@ class Rate(base.LoadMode):
 
     def refuse_outside(self, config: RunConfig) -> None:
         """Rates and concurrency levels are different load points: a run has one kind."""
-        if config.rates:
-            raise ConfigError("--rates needs --mode rate")
+        given = [flag for flag, value in (("--rates", config.rates),
+                                          ("--duration", config.duration_s != DEFAULT_DURATION_S),
+                                          ("--arrival", config.arrival != ARRIVALS[0]))
+                 if value]
+        if given:
+            raise ConfigError(f"{given[0]} needs --mode rate")
 
     def check(self, config: RunConfig) -> None:
         if not config.rates:
@@ -129,7 +136,7 @@ class Rate(base.LoadMode):
             raise ConfigError("--turns needs a user that waits for each answer: --mode closed, "
                               "burst or users, not rate")
         if config.repeat > 1:
-            raise ConfigError("--repeat applies to --mode closed and burst: a rate level is "
+            raise ConfigError("--repeat does not apply to --mode rate: a rate level is "
                               "repeated by running it for a longer --duration")
         check_rate_levels(config)  # a level of no request would measure nothing
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from common.flag_types import number
 from harness.config import (
     MAX_THINK_S,
     MIN_DUTY_CYCLE,
@@ -40,7 +41,6 @@ from harness.records import RequestRecord
 from harness.results.store import Store
 from harness.results.users import LeadIn
 from harness.run.modes import base
-from harness.run.modes.flags import number
 from harness.run.think import MIN_MEMORY, LevelThink, Pacing
 from harness.run.workload import Turn
 
