@@ -95,7 +95,8 @@ test: $(ALL) lint docs
 	@.ci/chromium
 	$(BIN)/python -m pytest -n 2
 
-# Stops at random moments of a run, 20 SIGTERM and 20 Ctrl-C (~2 min; .ci/run calls it too).
+# Stops at random moments of a run, 20 each of SIGTERM, Ctrl-C and a closed terminal's SIGHUP,
+# and 20 during calibration (~4 min; .ci/run calls it too).
 test-faults: $(ALL)
 	$(BIN)/python -m pytest -m faults tests/faults
 

@@ -169,3 +169,4 @@ def test_every_stop_during_calibration_ends_the_run_in_time(slow_server_url, tmp
     stored = sum(1 for i in range(STOPS) if Store(tmp_path / f"cal{i}.duckdb").runs())
     print(f"{STOPS - stored} of {STOPS} stopped before the run was stored")
     _judge(outcomes)
+    assert stored == 0, f"{stored} of {STOPS} stops landed after calibration, not in it"

@@ -80,6 +80,9 @@ def test_resume_rebuilds_the_same_prompts_and_refuses_a_changed_file(mock_proces
         ("", "prompts.jsonl is empty"),
         ('{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": \n', "prompts.jsonl line 3 is not JSON"),
         ('{"prompt": "a"}\n{"text": "b"}\n', "prompts.jsonl line 2 has no prompt"),
+        ('{"prompt": "a"}\n{"prompt": "\\ud800"}\n', "prompts.jsonl line 2 holds half a surrogate"),
+        ('{"prompt": "a"}\n' + "[" * 100_000 + "]" * 100_000 + "\n",
+         "prompts.jsonl line 2 is JSON nested too deeply"),
     ],
 )
 def test_a_bad_prompts_file_is_one_sentence_and_nothing_is_stored(tmp_path, content, message):

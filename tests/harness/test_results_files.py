@@ -19,7 +19,7 @@ from harness.results.run_row import RunRow
 from harness.results.store import Store, StoreError
 from runners.lifecycle import free_port
 from tests.harness.fixtures import make_records
-from tests.helpers import run_cli
+from tests.helpers import ROOT, run_cli
 
 
 @pytest.fixture
@@ -117,3 +117,15 @@ def test_a_write_to_a_deleted_file_is_refused_and_the_file_held_open_is_put_back
     assert [r.request_id for r in Store(store.path).requests("run-a")] == [records[0].request_id]
     store.write_requests("run-a", records[1:])  # the file is the results file again
     assert len(Store(store.path).requests("run-a")) == len(records)
+
+
+def test_every_duckdb_connection_the_product_opens_refuses_extensions():
+    """A new `duckdb.connect` in the product's code must pass NO_EXTENSIONS, or the guard the
+    tests above check would not hold for it."""
+    unguarded = []
+    for folder in ("common", "harness", "runners", "explorer", "engram_bench", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                if "duckdb.connect(" in line and "NO_EXTENSIONS" not in line:
+                    unguarded.append(f"{path.relative_to(ROOT)}:{number}")
+    assert not unguarded, f"duckdb.connect without NO_EXTENSIONS: {unguarded}"
