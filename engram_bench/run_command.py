@@ -21,7 +21,7 @@ from engram_bench.run_config import check_search, config_for
 from engram_bench.show import show_run
 from harness.config import RunConfig
 from harness.results.store import Store, StoreError
-from harness.run import aio
+from harness.run import aio, modes
 from harness.run.prompts import load
 from harness.wire.endpoint import Endpoint
 from runners import engines
@@ -88,7 +88,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             extras.require(extra)
         check_search(config, run_targets)
         store.initialise()
-        prompts = load(config.prompts, config.seed)  # a bad file stops here: nothing stored
+        # a bad file stops here: nothing stored
+        prompts = modes.mode_for(config.mode).prompts(config) or load(config.prompts, config.seed)
         run_id = resume_id or new_run_id()
         progress = LevelProgress(enabled=not args.no_progress)
         status = output_console(stderr=True)

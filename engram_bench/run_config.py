@@ -83,7 +83,7 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
 
 def _new_config(args: argparse.Namespace) -> RunConfig:
     """A new run's config; without --url, the server args of the engine --device starts."""
-    mode = modes.mode_for(args.mode)
+    mode = modes.mode_for(modes.chosen(args))
     levels: tuple[int, ...] = DEFAULT_LEVELS  # without --levels the mode makes its own of these
     placement = args.placement or ""
     server_args: tuple[str, ...] = ()
@@ -104,7 +104,7 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api,
         levels=args.levels or mode.default_levels(levels, args),
-        rounds=args.rounds, mode=args.mode, input_tokens=args.input_tokens,
+        rounds=args.rounds, mode=mode.name, input_tokens=args.input_tokens,
         output_tokens=args.output_tokens, temperature=args.temperature,
         request_timeout_s=args.request_timeout, connect_timeout_s=args.connect_timeout,
         stall_timeout_s=args.stall_timeout, ca_bundle=args.ca_bundle or "",

@@ -181,6 +181,20 @@ class RunConfig:
     turns: int = 1  # requests per conversation: each turn resends the conversation so far
     keep_going: bool = False  # go on when a whole round cannot connect (else the run fails)
     token_times: bool = False  # store every chunk's arrival and tokens (chunk_times table)
+    # modes trace and trace-closed (harness.run.modes.trace): the trace file (absolute path),
+    # its format, the speedups a timed replay runs at, and how its lengths are fitted
+    trace: str = ""
+    trace_format: str = ""
+    speedups: tuple[float, ...] = ()
+    trace_block_tokens: int = 512  # tokens of a Mooncake hash id's block
+    sort_trace: bool = False
+    trace_start_s: float = 0.0
+    trace_duration_s: float | None = None
+    trace_limit: int | None = None
+    input_scale: float = 1.0  # every input length and the block size times this
+    max_input_tokens: int | None = None  # clips
+    max_output_tokens: int | None = None
+    lengths_from: str = ""  # a sweep's request lengths drawn from this trace's (absolute path)
 
     def __post_init__(self) -> None:
         """The knobs every mode shares; each mode checks its own (harness.run.modes.check)."""
@@ -274,6 +288,7 @@ class RunConfig:
         data["levels"] = list(self.levels)
         data["server_args"] = list(self.server_args)
         data["rates"] = list(self.rates)
+        data["speedups"] = list(self.speedups)
         return data
 
     @classmethod
@@ -287,6 +302,7 @@ class RunConfig:
         kept["levels"] = tuple(kept["levels"])
         kept["server_args"] = tuple(kept.get("server_args", ()))
         kept["rates"] = tuple(kept.get("rates", ()))
+        kept["speedups"] = tuple(kept.get("speedups", ()))
         return cls(**kept)
 
 
@@ -310,12 +326,16 @@ class StoredRun:
     calibration_prompt_tokens: float | None = None  # what the server counted for them
     prompts_digest: str | None = None  # the prompt source, to refuse a resume on other prompts
     server: dict[str, object] | None = None  # the server's table and start state (/stats)
+    # the server's count of a prompt of w words (or pieces): base + per word x w, fitted over
+    # calibration's probes; a trace's prompts of every length are sized on it
+    prompt_line: tuple[float, float] | None = None
 
     def to_json(self) -> str:
         assert self.config is not None  # a new run always has its config
         extras: dict[str, object] = {"prompt_words": self.prompt_words,
                                      "calibration_prompt_tokens": self.calibration_prompt_tokens,
-                                     "prompts_digest": self.prompts_digest}
+                                     "prompts_digest": self.prompts_digest,
+                                     "prompt_line": self.prompt_line}
         if self.server:
             extras["server"] = self.server
         return json.dumps({**self.config.to_json_dict(), **extras})
@@ -335,8 +355,11 @@ class StoredRun:
         except (ConfigError, KeyError, TypeError, ValueError):
             config = None
         server = data.get("server")
+        line = data.get("prompt_line")
         return cls(config, data.get("prompt_words"), data.get("calibration_prompt_tokens"),
-                   data.get("prompts_digest"), server if isinstance(server, dict) else None)
+                   data.get("prompts_digest"), server if isinstance(server, dict) else None,
+                   (float(line[0]), float(line[1]))
+                   if isinstance(line, list) and len(line) == 2 else None)
 
     @property
     def calibrated(self) -> bool:

@@ -52,6 +52,7 @@ class MockConfig:
     chunk_usage: bool = True  # honour stream_options.continuous_usage_stats: usage on every
     # chunk, its completion_tokens counting the tokens sent so far (as vLLM streams it)
     log_chunks: bool = False  # /mock/timings lists each chunk's write time and tokens
+    log_prompts: bool = False  # /mock/timings lists each request's prompt texts
     spec_decode: bool = False  # /metrics counts each chunk as one speculative step whose
     # draft proposed tokens_per_chunk tokens and had all but the last accepted
     output_tokens: int | None = None  # None: honour max_tokens
@@ -132,6 +133,7 @@ class Timing:
     prompt_tokens: int = 0  # as this server counted them (its `usage.prompt_tokens`)
     sampling: dict[str, object] | None = None  # the sampling fields the request gave
     chunk_writes: list[tuple[float, int]] | None = None  # log_chunks: (time, tokens) each
+    prompt: list[str] | None = None  # log_prompts: the texts of its messages (or its prompt)
 
 
 class MockServer:
@@ -316,7 +318,8 @@ class MockServer:
                 f"{cfg.context_tokens}-token context", "invalid_request_error"))
         cached = self._cached_tokens(chat, texts) if cfg.prefix_cache else None
         timing = Timing(headers.get("x-request-id", ""), body_read, prompt_tokens=prompt_tokens,
-                        sampling={k: req[k] for k in SAMPLING_FIELDS if k in req})
+                        sampling={k: req[k] for k in SAMPLING_FIELDS if k in req},
+                        prompt=texts if cfg.log_prompts else None)
         self.timings.append(timing)
         if not req.get("stream") or fault == "not_sse":
             await asyncio.sleep((cfg.ttft_ms + cfg.itl_ms * (n_tokens - 1)) / 1000)

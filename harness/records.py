@@ -44,6 +44,18 @@ class RequestRecord:
     turn: int = 1  # `--turns N`: the request's turn in its user's conversation (1-based)
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if reported
     think_ms: float | None = None  # `--mode users`: the user's think time after this request
+    # a trace's request (modes trace, trace-closed): the level's speedup (a timed replay), its
+    # line in the trace and the lengths the trace gives it; the lengths it was sent with
+    # (scaled and clipped: what its prompt was sized to, its max_tokens); and the prompt
+    # tokens in blocks it shares with an earlier request of its pass (what the trace's hash
+    # ids leave a prefix cache to reuse)
+    speedup: float | None = None
+    trace_line: int | None = None
+    trace_input_tokens: int | None = None
+    trace_output_tokens: int | None = None
+    input_tokens_requested: int | None = None
+    output_tokens_requested: int | None = None
+    trace_prefix_tokens: int | None = None
     # inter-token figures (harness.results.token_timing): chunk gaps, one per chunk, apart
     # from the token-weighted ITL; tokens per chunk from per-chunk usage unless estimated
     tokens_per_chunk: float | None = None

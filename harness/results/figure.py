@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Group = Literal["level", "rate", "slo"]
+Group = Literal["level", "rate", "trace", "slo"]
 
 
 @dataclass(slots=True, frozen=True)
 class Figure:
     """A figure of a level. `group`: "level" for every level, "rate" for a rate level's own
-    (first in its summary row), "slo" for those judged against an SLO (last, only with one).
+    (first in its summary row), "trace" for a trace replay's levels, "slo" for those judged
+    against an SLO (last, only with one).
     `sql`, `summary`, `explorer`: whether the results file's `levels` view, the summary's
     level rows and the explorer's level tables have it."""
 

@@ -89,6 +89,19 @@ class LevelStats:
     lag_warning: str | None = field(default=None, metadata=figure(
         "send lag warning", format=None, group="rate", sql=False, summary=False,
         explorer=False))
+    # a trace replay: a timed level's speedup (its rate is what that offers), the prompt
+    # tokens asked for (the trace's, scaled and clipped), those its hash ids share with the
+    # pass's earlier requests, and those the server said it found cached
+    speedup: float | None = field(
+        default=None, metadata=figure("speedup", "x", "X", "%.3g", group="trace"))
+    mean_input_tokens_requested: float | None = field(
+        default=None, metadata=figure("prompt tokens asked", header="asked tok",
+                                      group="trace"))
+    mean_trace_prefix_tokens: float | None = field(
+        default=None, metadata=figure("prompt tokens shared (trace)", header="shared tok",
+                                      group="trace"))
+    mean_cached_tokens: float | None = field(
+        default=None, metadata=figure("cached tokens", header="cached tok", group="trace"))
 
 
 # Every LevelStats field's declaration, in field order.
@@ -108,12 +121,14 @@ def mean_prompt_tokens(records: Iterable[RequestRecord]) -> float | None:
 
 
 def prompt_warning(stats: LevelStats, target: int) -> str | None:
-    """Why a level's prompts do not match the calibrated target, or None when they do."""
+    """Why a level's prompts do not match the calibrated target (a trace's level: the mean
+    its requests asked for), or None when they do."""
     mean = stats.mean_prompt_tokens
-    if mean is None or abs(mean - target) <= PROMPT_TOLERANCE * target:
+    asked = stats.mean_input_tokens_requested or target
+    if mean is None or abs(mean - asked) <= PROMPT_TOLERANCE * asked:
         return None
-    return (f"{level_name(stats)}: prompts averaged {mean:.1f} tokens, {mean / target - 1:+.1%} "
-            f"off the {target}-token target (tolerance {PROMPT_TOLERANCE:.0%})")
+    return (f"{level_name(stats)}: prompts averaged {mean:.1f} tokens, {mean / asked - 1:+.1%} "
+            f"off the {asked:.0f}-token target (tolerance {PROMPT_TOLERANCE:.0%})")
 
 
 def first_turns(records: Iterable[RequestRecord]) -> list[RequestRecord]:
@@ -123,7 +138,10 @@ def first_turns(records: Iterable[RequestRecord]) -> list[RequestRecord]:
 
 
 def level_name(stats: LevelStats) -> str:
-    """'C=4', or 'R=2 req/s' for a rate level: how messages name a level."""
+    """'C=4', 'R=2 req/s' for a rate level, 'X=4' for a trace replayed 4x as fast: how
+    messages name a level."""
+    if stats.speedup is not None:
+        return f"X={stats.speedup:g}"
     return f"C={stats.concurrency}" if stats.rate is None else f"R={stats.rate:g} req/s"
 
 
@@ -146,6 +164,7 @@ def level_stats(
     ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
     tpss = [r.tps for r in good if r.tps is not None]
     tokens = [r.output_tokens for r in good]
+    short = sum(1 for r in good if r.output_tokens < (r.output_tokens_requested or output_target))
     tpots = [r.tpot_ms for r in good if r.tpot_ms is not None]
     e2es = [r.latency_ms for r in good if r.latency_ms is not None]
     throughput = None
@@ -161,7 +180,7 @@ def level_stats(
         concurrency=concurrency,
         requests=len(records),
         errors=len(records) - len(good),
-        short_outputs=sum(1 for t in tokens if t < output_target),
+        short_outputs=short,
         mean_ttft_ms=mean(ttfts),
         p50_ttft_ms=quantile(ttfts, 0.5),
         p90_ttft_ms=quantile(ttfts, 0.9),
@@ -193,6 +212,12 @@ def level_stats(
         p50_send_lag_ms=lag.p50_ms if lag else None,
         p99_send_lag_ms=lag.p99_ms if lag else None,
         lag_warning=lag.warning if lag else None,
+        speedup=next((r.speedup for r in records if r.speedup is not None), None),
+        mean_input_tokens_requested=mean([r.input_tokens_requested for r in good
+                                          if r.input_tokens_requested is not None]),
+        mean_trace_prefix_tokens=mean([r.trace_prefix_tokens for r in good
+                                       if r.trace_prefix_tokens is not None]),
+        mean_cached_tokens=mean([r.cached_tokens for r in good if r.cached_tokens is not None]),
     )
 
 
@@ -308,12 +333,12 @@ def users(max_c: int, factor: float) -> int:
 
 # What a load mode's levels are keyed by where that is not a concurrency C: the one list of it
 # (harness.run.modes takes each mode's key from here), so readers of results branch on the key.
-LEVEL_KEYS = {"rate": "R", "users": "U"}
+LEVEL_KEYS = {"rate": "R", "users": "U", "trace": "X"}
 
 
 def level_key(mode: str | None) -> str | None:
-    """C, U (users) or R (rate): what the levels of a run in `mode` are keyed by; None for a
-    run whose row names no mode (another tool wrote it)."""
+    """C, U (users), R (rate) or X (a timed trace replay's speedup): what the levels of a run
+    in `mode` are keyed by; None for a run whose row names no mode (another tool wrote it)."""
     return None if mode is None else LEVEL_KEYS.get(mode, "C")
 
 

@@ -15,6 +15,8 @@ from harness.results.summary import IntervalDict, Summary, TargetsDict, TurnRow,
 LEVEL_TABLE = ("requests", "errors", "short_outputs", "mean_ttft_ms", "p50_ttft_ms",
                "p90_ttft_ms", "p99_ttft_ms", "mean_tps", "p10_tps", "mean_prompt_tokens",
                "mean_output_tokens", "throughput_tps")
+TRACE_TABLE = ("mean_input_tokens_requested", "mean_prompt_tokens", "mean_trace_prefix_tokens",
+               "mean_cached_tokens")
 TIMING_TABLE = ("mean_tpot_ms", "p50_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p50_itl_ms",
                 "p90_itl_ms", "p99_itl_ms", "mean_tokens_per_chunk", "p50_e2e_ms", "p90_e2e_ms",
                 "p99_e2e_ms")
@@ -30,14 +32,17 @@ def print_summary(summary: Summary, console: Console) -> None:
              f"table {summary['table_placement'] or '-'}")
     table = Table(title=title, title_justify="left")
     key = level_key(summary["mode"])
-    rate_run, users_run = key == "R", key == "U"
-    first = ((_header("rate"), _header("p50_send_lag_ms"), _header("p99_send_lag_ms"))
-             if rate_run else ("users", "duty") if users_run else (_header("concurrency"),))
+    rate_run, users_run, trace_run = key == "R", key == "U", key == "X"
+    lags = (_header("p50_send_lag_ms"), _header("p99_send_lag_ms"))
+    first = ((_header("rate"), *lags) if rate_run
+             else (_header("speedup"), _header("rate"), *lags) if trace_run
+             else ("users", "duty") if users_run else (_header("concurrency"),))
     for name in (*first, *(_header(f) for f in LEVEL_TABLE), "pass"):
         table.add_column(name, justify="right")
     for lv in summary["levels"]:
-        load = ((f"{lv['rate']:g}", _fmt(lv["p50_send_lag_ms"], 2),
-                 _fmt(lv["p99_send_lag_ms"], 2)) if rate_run
+        lag = (_fmt(lv.get("p50_send_lag_ms"), 2), _fmt(lv.get("p99_send_lag_ms"), 2))
+        load = ((f"{lv['rate']:g}", *lag) if rate_run
+                else (f"{lv.get('speedup'):g}", _fmt(lv.get("rate"), 2), *lag) if trace_run
                 else (str(lv["concurrency"]), _fmt(lv["duty_cycle"], 2)) if users_run
                 else (str(lv["concurrency"]),))
         table.add_row(*load, *(_fmt(lv.get(f)) for f in LEVEL_TABLE),
@@ -53,10 +58,14 @@ def print_summary(summary: Summary, console: Console) -> None:
             f"TPS >= {t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors"
             f"{_goodput_rule(t)}); "
             f"{summary['users_note']}", highlight=False)
+    elif trace_run:
+        _print_sustained(summary, console)
     elif users_run:
         _print_users(summary, console)
     else:
         _print_max_c(summary, console)
+    if any(lv.get("mean_input_tokens_requested") is not None for lv in summary["levels"]):
+        _print_trace_prompts(summary, console)
     if turns := summary.get("turns"):
         _print_turns(turns, console)
     for warning in summary["warnings"]:
@@ -158,6 +167,48 @@ def _print_steady_state(summary: Summary, console: Console) -> None:
                       spread, ("[yellow]?[/] " if lv["within_noise"] else "")
                       + ("[green]yes[/]" if lv["passes"] else "[red]no[/]"))
     console.print(table, width=max(console.width, 100))
+
+
+def _print_sustained(summary: Summary, console: Console) -> None:
+    """A timed trace replay: the highest speedup meeting the targets, then the level it names
+    (else the first) over the trace's time axis."""
+    t, x = summary["targets"], summary["max_speedup"]
+    rate = summary.get("trace_rate")
+    at = f" = {x * rate:.3g} requests/s" if rate and x else ""
+    console.print(
+        f"Sustains [bold]{x:g}x[/] the trace's rate{at} ({t['statistic']} TPS >= "
+        f"{t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, no errors"
+        f"{_goodput_rule(t)}); {summary['users_note']}", highlight=False)
+    if how := summary.get("max_speedup_search"):
+        console.print(f"found by --search: {how}", highlight=False)
+    levels = summary.get("trace_windows") or []
+    shown = next((lv for lv in levels if lv["speedup"] == x), levels[0] if levels else None)
+    if not shown or not shown["windows"]:
+        return
+    width = shown["windows"][0]["width_s"]
+    table = Table(title=f"X={shown['speedup']:g} over the trace's time ({width:g} s windows of "
+                  "trace time; arrivals per second of the replay)", title_justify="left")
+    for name in ("trace s", "req", "req/s", "err", "TTFT mean", "TPOT mean"):
+        table.add_column(name, justify="right")
+    for w in shown["windows"]:
+        table.add_row(f"{w['start_s']:g}", str(w["requests"]), _fmt(w["arrival_rate"], 2),
+                      str(w["errors"]), _fmt(w["mean_ttft_ms"]), _fmt(w["mean_tpot_ms"], 2))
+    console.print(table)
+
+
+def _print_trace_prompts(summary: Summary, console: Console) -> None:
+    """A trace replay's prompts per level: the tokens asked, the server's count, those the
+    trace's blocks share with earlier requests and those the server found cached."""
+    table = Table(title="trace prompts per level (mean tokens per request; hit rate: the "
+                  "server's prefix cache, from its /metrics)", title_justify="left")
+    for name in ("level", *map(_header, TRACE_TABLE), "shared %", "hit rate"):
+        table.add_column(name, justify="right")
+    for lv in summary["levels"]:
+        asked, shared = lv.get("mean_input_tokens_requested"), lv.get("mean_trace_prefix_tokens")
+        table.add_row(row_name(lv), *(_fmt(lv.get(f)) for f in TRACE_TABLE),
+                      _share(shared / asked if asked and shared is not None else None),
+                      _share(lv.get("prefix_hit_rate")))
+    console.print(table)
 
 
 def _print_turns(turns: list[TurnRow], console: Console) -> None:

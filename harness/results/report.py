@@ -19,6 +19,7 @@ from harness.results.metrics import (
     capacity,
     figure_names,
     first_turns,
+    judge,
     level_key,
     level_names,
     point,
@@ -27,7 +28,7 @@ from harness.results.metrics import (
     stats_by_level,
 )
 from harness.results.run_row import RunRow
-from harness.results.search import USERS_RESOLUTION, SearchPlan, outcomes, plan
+from harness.results.search import USERS_RESOLUTION, SearchPlan, outcomes, plan, plan_speedup
 from harness.results.server_metrics import MetricRow, level_figures
 from harness.results.store import Store
 from harness.results.summary import (
@@ -35,11 +36,13 @@ from harness.results.summary import (
     LevelRow,
     Summary,
     TargetsDict,
+    TraceWindowDict,
     TurnRow,
     judged,
     row_name,
 )
-from harness.results.verdicts import USERS_NEED_C
+from harness.results.trace_windows import trace_windows
+from harness.results.verdicts import TRACE_USERS_NEED_C, USERS_NEED_C
 
 _T = TypeVar("_T")
 
@@ -47,6 +50,7 @@ _T = TypeVar("_T")
 # lead a rate run's rows, the goodput figures follow with --slo
 SUMMARY_LEVEL_FIELDS = figure_names("level", "summary")
 RATE_LEVEL_FIELDS = figure_names("rate", "summary")
+TRACE_LEVEL_FIELDS = figure_names("trace", "summary")
 GOODPUT_FIELDS = figure_names("slo", "summary")
 # from the target's /metrics, where it exposes speculative decoding (else None)
 SPEC_DECODE_FIELDS = ("spec_acceptance_rate", "spec_mean_accepted_length")
@@ -91,13 +95,24 @@ def summarise(
     key = level_key(run.mode)
     if key == "R":
         levels, found, warnings = _rate_levels(run, stats, targets)
+    elif key == "X":
+        levels, found, warnings = _trace_levels(run, stats, records, targets)
     else:
         levels, found, warnings = _concurrency_levels(run, stats, targets, search)
         intervals = level_intervals(records)
         found.update(_repeats(levels, records, cast(int, run.output_tokens), targets,
                               intervals))
+    traced = any(s.mean_input_tokens_requested is not None or s.speedup is not None
+                 for s in stats)
+    if traced:  # a trace replay, or lengths drawn from a trace
+        by_level = {(s.concurrency, _round(s.rate)): s for s in stats}
+        for row in levels:
+            s = by_level[(row["concurrency"], row.get("rate"))]
+            row.update(cast(LevelRow, {k: _round(getattr(s, k)) for k in TRACE_LEVEL_FIELDS}))
     for row in levels:
         figures = (server or {}).get((row["concurrency"], row.get("rate")), {})
+        if traced:  # what the server's prefix cache found, beside what the trace shares
+            row["prefix_hit_rate"] = _round(figures.get("prefix_hit_rate"))
         for name in SPEC_DECODE_FIELDS:
             row[name] = _round(figures.get(name))  # type: ignore[literal-required]
         checked = (client or {}).get((row["concurrency"], row.get("rate")))
@@ -320,14 +335,65 @@ def _rate_levels(
     return levels, found, warnings
 
 
+def _trace_levels(run: RunRow, stats: Sequence[LevelStats], records: Sequence[RequestRecord],
+                  targets: Targets) -> tuple[list[LevelRow], Summary, list[str]]:
+    """Per-level rows of a timed trace replay (with its rate and send lag), the highest
+    sustained speedup (the search's, with how it was found), each level over the trace's time
+    axis, and warnings."""
+    timed = sorted((s for s in stats if s.speedup is not None), key=lambda s: s.speedup or 0.0)
+    verdicts = {cast(float, s.speedup): judge(point(s, targets.statistic), targets)
+                for s in timed}
+    fields = (*RATE_LEVEL_FIELDS, *SUMMARY_LEVEL_FIELDS)
+    levels = [_level_row(s, verdicts[cast(float, s.speedup)], fields, targets) for s in timed]
+    sustained = max((x for x, v in verdicts.items() if v.passes), default=0.0)
+    warnings = [f"X={s.speedup:g}: {s.lag_warning}" for s in timed if s.lag_warning]
+    failed_below = [x for x, v in verdicts.items() if not v.passes and x < sustained]
+    if failed_below:
+        warnings.append(f"{sustained:g}x passes although slower replays fail "
+                        f"({', '.join(f'{x:g}x' for x in failed_below)})")
+    if not timed:
+        warnings.append("no trace level to judge")
+    elif not sustained:
+        warnings.append("no speedup meets the targets")
+    by_speedup: dict[float, list[RequestRecord]] = {}
+    for r in records:
+        if r.speedup is not None:
+            by_speedup.setdefault(r.speedup, []).append(r)
+    config = StoredRun.from_json(run.config).config
+    how = None
+    if config and config.search and verdicts:
+        ran = sorted(by_speedup, key=lambda x: min(r.sent_at for r in by_speedup[x]))
+        how = plan_speedup({x: v.passes for x, v in verdicts.items()}, ran).how
+    elif sustained and sustained == timed[-1].speedup:
+        warnings.append(f"sustains >= {sustained:g}x: no faster replay was tested")
+    found: Summary = {
+        "max_speedup": sustained, "max_speedup_search": how,
+        "trace_rate": _round(timed[0].rate / (timed[0].speedup or 1.0)
+                             if timed and timed[0].rate else None),
+        "trace_windows": [{"speedup": x, "windows": [cast(TraceWindowDict, _rounded(asdict(w)))
+                                                    for w in trace_windows(rs, x)]}
+                          for x, rs in sorted(by_speedup.items())],
+        "max_c": None, "max_c_search": None, "chat_users": None, "agentic_users": None,
+        "users_note": TRACE_USERS_NEED_C}
+    return levels, found, warnings
+
+
+def _rounded(row: dict) -> dict:
+    return {k: _round(v) for k, v in row.items()}
+
+
 def _round(value: _T) -> _T:
     """A float to 3 decimals (what --json shows); anything else as it is."""
     return cast(_T, round(value, 3)) if isinstance(value, float) else value
 
 
-def search_plan(store: Store, run_id: str, config: RunConfig, targets: Targets) -> SearchPlan:
+def search_plan(store: Store, run_id: str, config: RunConfig,
+                targets: Targets) -> SearchPlan | None:
     """Where the Max C search of a run stands, from its stored levels and probes; a users
-    level not in steady state has no verdict (harness.results.search)."""
+    level not in steady state has no verdict (harness.results.search). None for a run whose
+    levels are no concurrencies (a timed trace replay searches speedups: _trace_levels)."""
+    if level_key(config.mode) not in ("C", "U"):
+        return None
     records = store.requests(run_id)
     stats = stats_by_level(records, config.output_tokens, targets.slo)
     verdicts = outcomes([point(s, targets.statistic) for s in stats], targets)

@@ -23,6 +23,7 @@ not, and stops when none is left between the bracket's ends.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -180,3 +181,61 @@ def search(
     while (p := plan(swept, probes, max_concurrency, resolution)).next_probe is not None:
         probes.append((p.next_probe, passes(p.next_probe)))
     return p, probes
+
+
+# A timed trace replay's search stops once its bracket's ends are within this ratio of each
+# other (a probe replays the whole trace window, so each is a level's worth of time), and
+# neither doubles past MAX_SPEEDUP nor halves below MIN_SPEEDUP.
+SPEEDUP_RESOLUTION = 1 / 8
+MAX_SPEEDUP = 1000.0
+MIN_SPEEDUP = 1 / 64
+
+
+@dataclass(slots=True, frozen=True)
+class SpeedupPlan:
+    """Where a speedup search stands: the next speedup to replay at, or the highest that
+    passed (`sustained`, 0: none) and how it was found."""
+
+    next_probe: float | None
+    sustained: float
+    failed_above: float | None  # the lowest failing speedup above it
+    how: str
+
+
+def _between(lo: float, hi: float) -> float:
+    """The geometric midpoint of lo and hi, to 3 significant digits, strictly inside them."""
+    mid = math.sqrt(lo * hi)
+    rounded = float(f"{mid:.3g}")
+    return rounded if lo < rounded < hi else mid
+
+
+def plan_speedup(verdicts: Mapping[float, bool], order: Sequence[float]) -> SpeedupPlan:
+    """The next speedup given every replayed level's verdict (`order`: the speedups in the
+    order they ran, for `how`). Doubles above the highest pass while nothing fails there,
+    halves below the lowest level while nothing passes, and bisects (geometrically) between
+    the highest pass and the lowest failure above it until they are within
+    SPEEDUP_RESOLUTION of each other."""
+    if not verdicts:
+        raise ValueError("the search needs at least one replayed speedup to start from")
+    ran = ", ".join(f"{x:g}x ({'pass' if verdicts[x] else 'fail'})" for x in order
+                    if x in verdicts)
+    passing = [x for x, ok in verdicts.items() if ok]
+    if not passing:
+        low = min(verdicts)
+        nxt = low / 2 if low / 2 >= MIN_SPEEDUP else None
+        how = (f"replayed {ran}" if nxt is not None else
+               f"replayed {ran}; no speedup down to {low:g}x meets the targets")
+        return SpeedupPlan(nxt, 0.0, low, how)
+    lo = max(passing)
+    above = [x for x, ok in verdicts.items() if not ok and x > lo]
+    if not above:
+        nxt = min(2 * lo, MAX_SPEEDUP) if lo < MAX_SPEEDUP else None
+        how = f"replayed {ran}" + ("" if nxt else f"; the cap {MAX_SPEEDUP:g}x passed")
+        return SpeedupPlan(nxt, lo, None, how)
+    hi = min(above)
+    nxt = _between(lo, hi) if hi / lo > 1 + SPEEDUP_RESOLUTION else None
+    below = sorted(x for x, ok in verdicts.items() if not ok and x < lo)
+    how = f"replayed {ran}" + ("" if nxt else f"; {lo:g}x passed and {hi:g}x failed")
+    if below:
+        how += f"; {','.join(f'{x:g}x' for x in below)} failed below it (not monotonic)"
+    return SpeedupPlan(nxt, lo, hi, how)

@@ -33,7 +33,8 @@ _REQUEST_COLUMNS = (
     "ok, error_kind, error_message, http_status, retried, rate, scheduled_at, repeat, turn, "
     "cached_tokens, think_ms, tokens_per_chunk, tokens_per_chunk_estimated, chunk_gap_mean_ms, "
     "chunk_gap_p50_ms, chunk_gap_p90_ms, chunk_gap_p99_ms, itl_mean_ms, itl_p50_ms, itl_p90_ms, "
-    "itl_p99_ms, itl_bins, itl_counts"
+    "itl_p99_ms, itl_bins, itl_counts, speedup, trace_line, trace_input_tokens, "
+    "trace_output_tokens, input_tokens_requested, output_tokens_requested, trace_prefix_tokens"
 )
 _RUN_COLUMNS = ", ".join(f.name for f in dataclasses.fields(RunRow))
 _ROWS_PER_INSERT = 256  # rows per INSERT statement: a whole round, or a rate level in steps
@@ -100,7 +101,9 @@ class Store(ResultsFile):
              r.repeat, r.turn, r.cached_tokens, r.think_ms, r.tokens_per_chunk,
              r.tokens_per_chunk_estimated, r.chunk_gap_mean_ms, r.chunk_gap_p50_ms,
              r.chunk_gap_p90_ms, r.chunk_gap_p99_ms, r.itl_mean_ms, r.itl_p50_ms, r.itl_p90_ms,
-             r.itl_p99_ms, r.itl_bins, r.itl_counts)
+             r.itl_p99_ms, r.itl_bins, r.itl_counts, r.speedup, r.trace_line,
+             r.trace_input_tokens, r.trace_output_tokens, r.input_tokens_requested,
+             r.output_tokens_requested, r.trace_prefix_tokens)
             for r in records
         ]
         if not rows:

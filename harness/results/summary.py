@@ -81,6 +81,11 @@ class LevelRow(TypedDict, total=False):
     rate: float | None
     p50_send_lag_ms: float | None
     p99_send_lag_ms: float | None
+    speedup: float | None  # a trace replay's levels: the timed level's speedup
+    mean_input_tokens_requested: float | None  # ... the prompt tokens asked for
+    mean_trace_prefix_tokens: float | None  # ... shared with earlier requests, by the trace
+    mean_cached_tokens: float | None  # ... found cached, by the server
+    prefix_hit_rate: float | None  # ... its prefix cache's hits over queries, from /metrics
     duty_cycle: float | None  # users levels: measured share of the users' time with a request
     think_mean_ms: float | None  # users levels: the mean think Z (harness.run.think)
     lead_in_cycles: float | None  # users levels: unstored requests per user before storing
@@ -140,6 +145,23 @@ class TurnRow(TypedDict):
     mean_ttft_ms: float | None
 
 
+class TraceWindowDict(TypedDict):
+    """A window of a timed trace level's trace time (harness.results.trace_windows)."""
+
+    start_s: float
+    width_s: float
+    requests: int
+    arrival_rate: float
+    errors: int
+    mean_ttft_ms: float | None
+    mean_tpot_ms: float | None
+
+
+class TraceLevelWindows(TypedDict):
+    speedup: float
+    windows: list[TraceWindowDict]
+
+
 class JudgedDict(TypedDict):
     ttft: str
     tps: str
@@ -171,6 +193,10 @@ class Summary(TypedDict, total=False):
     repeats: int
     max_c_agreement: AgreementDict | None
     max_rate: float
+    max_speedup: float  # a timed trace replay: the highest speedup meeting the targets
+    max_speedup_search: str | None  # ... how --search found it
+    trace_rate: float | None  # ... the window's mean request rate on the trace's clock
+    trace_windows: list[TraceLevelWindows]  # ... each level over the trace's time axis
     users_note: str
     max_users: int
     users: UsersDict
@@ -186,6 +212,9 @@ def judged(statistic: str) -> JudgedDict:
 
 
 def row_name(row: LevelRow) -> str:
-    """'C=4', or 'R=2' for a rate level: how the summary's lines name a level."""
+    """'C=4', 'R=2' for a rate level, 'X=4' for a timed trace level: how the summary's lines
+    name a level."""
+    if (speedup := row.get("speedup")) is not None:
+        return f"X={speedup:g}"
     rate = row.get("rate")
     return f"R={rate:g}" if rate is not None else f"C={row['concurrency']}"

@@ -9,6 +9,9 @@ from harness.results.metrics import Capacity, RateCapacity
 
 USERS_NEED_C = ("users are counted from Max C, a concurrency: a rate run reports the "
                 "sustainable request rate instead (run --mode closed for users)")
+TRACE_USERS_NEED_C = ("users are counted from Max C, a concurrency: a timed trace replay "
+                      "reports the speedup it sustains instead (replay it with "
+                      "--trace-schedule closed for Max C and users)")
 
 
 def _bound(cap: Capacity, letter: str = "C") -> str:

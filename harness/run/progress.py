@@ -95,9 +95,11 @@ class LevelProgress:
         if self._on_screen and self._finish_bar():
             return
         if self.enabled:
+            from harness.results.metrics import level_name  # not in the renderer's process
+
             ttft = f"{stats.mean_ttft_ms:.1f}" if stats.mean_ttft_ms is not None else "-"
             tps = f"{stats.mean_tps:.1f}" if stats.mean_tps is not None else "-"
-            print(f"C={stats.concurrency}: {stats.requests} requests, mean TTFT {ttft} ms, "
+            print(f"{level_name(stats)}: {stats.requests} requests, mean TTFT {ttft} ms, "
                   f"mean TPS {tps}, errors {stats.errors}", file=self._file or sys.stderr,
                   flush=True)
 

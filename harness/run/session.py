@@ -16,7 +16,6 @@ import platform
 import secrets
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from harness import __version__
@@ -33,7 +32,6 @@ from harness.results.metrics import (
     mean_prompt_tokens,
     prompt_warning,
 )
-from harness.results.report import search_plan
 from harness.results.run_row import RunRow
 from harness.results.server_table import describe_server_table, server_table
 from harness.results.store import Store, StoreError
@@ -44,7 +42,7 @@ from harness.run.modes.base import Ledger, Level, LevelOutcome, LoadMode, Pass, 
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
 from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
-from harness.run.workload import Calibration, calibrate, payload
+from harness.run.workload import Calibration, TokenLine, calibrate, payload
 from harness.run.writer import BackgroundWriter, WriterError
 from harness.wire import target
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
@@ -121,7 +119,7 @@ def host_info() -> dict:
 
 
 async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock, prompts: Prompts,
-                     run_id: str) -> Calibration:
+                     run_id: str, target_tokens: int) -> Calibration:
     """Each probe measures the mean of CALIBRATION_SAMPLES prompts: natural-text windows differ
     by ~7% in tokens per word, so one window would fit the length to itself, not to the mean.
     The samples keep their ordinals from probe to probe, so only the length changes."""
@@ -153,7 +151,7 @@ async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock, prompt
         return round(sum(counted) / len(counted))
 
     try:
-        return await calibrate(config.input_tokens, probe)
+        return await calibrate(target_tokens, probe)
     finally:
         pool.close()
 
@@ -188,20 +186,22 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
     mode = modes.mode_for(modes.check(config).mode)  # e.g. a rate level of no request
     ensure_open_files(config)  # a level past the limit would be stored as server errors
     check_run_id(run_id)
-    prompts = prompts or load(config.prompts, config.seed)
-    config, server = await _preflight(config, endpoint, progress)
+    prompts = prompts or mode.prompts(config) or load(config.prompts, config.seed)
+    config, server = await _preflight(config, mode, endpoint, progress)
     clock = Clock()
     if resume:
-        words = _reopen(config, store, progress, run_id, prompts)
+        stored = _reopen(config, store, progress, run_id, prompts)
     else:
-        words = await _create(config, endpoint, clock, store, progress, run_id, prompts, server)
+        stored = await _create(config, mode, endpoint, clock, store, progress, run_id, prompts,
+                               server)
         report.stored = True
-    if words is not None:
-        prompts = prompts.sized(words)
+    if stored.prompt_words is not None:
+        prompts = prompts.sized(stored.prompt_words)
     ledger = Ledger(store, run_id)
     progress.message(f"run {run_id}: {mode.describe(config)}, target {endpoint.base_url} "
                      f"model {config.model}")
-    sweep = Sweep(config, endpoint, run_id, prompts, clock)
+    line = TokenLine(*stored.prompt_line) if stored.prompt_line else None
+    sweep = Sweep(config, endpoint, run_id, prompts, clock, line)
     writer = BackgroundWriter(store, run_id, lambda rows: progress.notice(
         f"the results writer process died: restarted it, and sent the {rows} rows it had not "
         "stored again"), token_times=config.token_times)
@@ -215,8 +215,8 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
         for level in mode.levels(config):
             await passes.level(level)
         if config.search:
-            progress.message(await _search(config, mode, ledger, targets or Targets(),
-                                           lambda c: passes.level(Level(c)), progress.message))
+            progress.message(await mode.search(config, ledger, targets or Targets(),
+                                               passes.level, progress.message))
     except (asyncio.CancelledError, KeyboardInterrupt):
         kept = _keep_unwritten(writer, store, run_id, STOP_DRAIN_S)
         unmarked = _finish(Store(store.path, STOP_LOCK_WAIT_S), run_id, "aborted",
@@ -238,51 +238,55 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
     return RunResult(run_id, config, passes.outcomes, clock)
 
 
-async def _preflight(config: RunConfig, endpoint: Endpoint, progress: LevelProgress
-                     ) -> tuple[RunConfig, dict[str, object] | None]:
+async def _preflight(config: RunConfig, mode: LoadMode, endpoint: Endpoint,
+                     progress: LevelProgress) -> tuple[RunConfig, dict[str, object] | None]:
     """The target checked before anything is stored: the config with the model and engine it
     serves, and its /stats table (None: it has none)."""
     info = await target.describe(endpoint, config.model or None)
     config = replace(config, model=info.model, engine=config.engine or info.engine)
     pool = await target.kv_pool_tokens(endpoint) if config.server_metrics else None
-    config.check_server_limits(info.max_model_len, pool)
+    mode.check_server(config, info.max_model_len, pool)
     if info.max_model_len is None:
+        sized = ("the trace's requests" if config.trace or config.lengths_from
+                 else f"requests of {config.longest_request_tokens} tokens")
         progress.message(f"the server does not say its context length (max_model_len), so "
-                         f"requests of {config.longest_request_tokens} tokens cannot be "
-                         "checked against it")
+                         f"{sized} cannot be checked against it")
     server = server_table(await target.fetch_stats(endpoint))
     if server:
         progress.message(describe_server_table(server))
     return config, server
 
 
-async def _create(config: RunConfig, endpoint: Endpoint, clock: Clock, store: Store,
-                  progress: LevelProgress, run_id: str, prompts: Prompts,
-                  server: dict[str, object] | None) -> int | None:
-    """A new run: its prompts calibrated, then stored; the calibrated words per prompt."""
-    words, probed = None, None
+async def _create(config: RunConfig, mode: LoadMode, endpoint: Endpoint, clock: Clock,
+                  store: Store, progress: LevelProgress, run_id: str, prompts: Prompts,
+                  server: dict[str, object] | None) -> StoredRun:
+    """A new run: its prompts calibrated, then stored; what it stored of them."""
+    words, probed, line = None, None, None
     if prompts.calibrated:
-        calibration = await _calibrate(config, endpoint, clock, prompts, run_id)
+        calibration = await _calibrate(config, endpoint, clock, prompts, run_id,
+                                       mode.calibration_target(config))
         progress.message(f"{calibration.describe()}; source: {prompts.describe()}")
         words, probed = calibration.words, calibration.prompt_tokens
+        line = calibration.line
     else:
         progress.message(f"prompts: not calibrated; source: {prompts.describe()}")
+    stored = StoredRun(config, words, probed, prompts.digest(), server,
+                       (line.base, line.per_word) if line else None)
     store.create_run(RunRow(
         run_id=run_id, device=config.device, engine=config.engine, model=config.model,
         table_placement=config.table_placement, target_url=config.url,
         api=config.api, mode=config.mode, levels=list(config.levels),
         rounds=config.rounds, input_tokens=config.input_tokens,
         output_tokens=config.output_tokens, label=config.label,
-        config=StoredRun(config, words, probed, prompts.digest(), server).to_json(),
-        host=json.dumps(host_info()), version=__version__,
+        config=stored.to_json(), host=json.dumps(host_info()), version=__version__,
     ))
-    return words
+    return stored
 
 
 def _reopen(config: RunConfig, store: Store, progress: LevelProgress, run_id: str,
-            prompts: Prompts) -> int | None:
+            prompts: Prompts) -> StoredRun:
     """A resumed run: running again, with the rows a full disk kept out of the file stored;
-    its calibrated words per prompt. ConfigError if its prompts have changed."""
+    what it stored of its prompts. ConfigError if its prompts have changed."""
     stored = StoredRun.from_json(store.run(run_id).config)
     if stored.prompts_digest not in (None, prompts.digest()):
         raise ConfigError(f"the prompts of run {run_id} ({config.prompts}) have changed "
@@ -292,7 +296,7 @@ def _reopen(config: RunConfig, store: Store, progress: LevelProgress, run_id: st
         store.write_requests(run_id, rows, config.token_times)
         path.unlink()
         progress.message(f"stored the {len(rows)} rows kept in {path}")
-    return stored.prompt_words
+    return stored
 
 
 @dataclass(eq=False)
@@ -382,34 +386,6 @@ class Passes:
         self.sweep.close()
         if self.scraper:
             self.scraper.close()
-
-
-async def _search(config: RunConfig, mode: LoadMode, ledger: Ledger, targets: Targets,
-                  measure: Callable[[int], Awaitable[None]],
-                  say: Callable[[str], None]) -> str:
-    """After the levels: full levels (every repeat) at the C that harness.results.search picks,
-    until Max C is known to the integer (or the cap passes). Probes are stored before they run, so a
-    resumed run finishes a probe it had begun and then plans on from every verdict it has. A
-    users level above the highest passing one that is not in steady state could decide Max
-    users: it is measured once more, with a lead-in of its own, and left out if it is still
-    not steady."""
-    store, run_id = ledger.store, ledger.run_id
-    for c in store.probes(run_id):
-        await measure(c)
-    again: set[int] = set()
-    while True:
-        plan = search_plan(store, run_id, config, targets)
-        retry = next((c for c in plan.unsettled if c > plan.max_c and c not in again), None)
-        if retry is not None:
-            again.add(retry)
-            say(f"U={retry} was not in steady state: measuring it again")
-            store.forget_level(run_id, retry)
-            await measure(retry)
-            continue
-        if plan.next_probe is None:
-            return f"{mode.max_name} {plan.max_c}{'+' if plan.lower_bound else ''}: {plan.how}"
-        store.add_probe(run_id, plan.next_probe)
-        await measure(plan.next_probe)
 
 
 def _keep_unwritten(writer: BackgroundWriter, store: Store, run_id: str,

@@ -20,7 +20,8 @@ from harness.config import RunConfig
 from harness.records import RequestRecord
 from harness.run.arrivals import schedule
 from harness.run.prompts import Prompts
-from harness.run.workload import Turn, payload
+from harness.run.trace import lengths
+from harness.run.workload import UNCOUNTED, TokenLine, Turn, payload
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.wire.endpoint import Endpoint
 
@@ -56,12 +57,15 @@ class Sweep:
         run_id: str,
         prompts: Prompts,
         clock: Clock,
+        line: TokenLine | None = None,
     ) -> None:
         self.config = config
         self.endpoint = endpoint
         self.run_id = run_id
         self.prompts = prompts
         self.clock = clock
+        self.line = line  # the server's tokens per word, fitted by calibration
+        self.lengths = lengths.draws(config)  # --lengths-from: each request's own lengths
         self.pool = ConnectionPool(endpoint, connect_timeout=config.connect_timeout_s)
         self._first_ordinal: dict[int, int] = {}
         total = 0
@@ -83,11 +87,16 @@ class Sweep:
         passes = f"-p{repeat}" if self.config.repeat > 1 else ""  # single runs keep old ids
         request_id = f"{self.run_id}{tag}-c{c}{passes}-r{rnd}-w{worker}"
         cfg = self.config
-        text = self.prompts.text(request_id, ordinal)
-        body = payload(cfg.api, cfg.model, text, cfg.output_tokens, cfg.temperature,
+        prompts, max_tokens, asked = self.prompts, cfg.output_tokens, None
+        if self.lengths:  # the prompt cut to its drawn length on the server's token line
+            asked, max_tokens = self.lengths.at(ordinal)
+            prompts = prompts.sized((self.line or UNCOUNTED).content_pieces(asked))
+        text = prompts.text(request_id, ordinal)
+        body = payload(cfg.api, cfg.model, text, max_tokens, cfg.temperature,
                        history=history or ())
         record = RequestRecord(request_id, c, rnd, worker, sent_at=0.0, repeat=repeat,
-                               turn=rnd % cfg.turns + 1)
+                               turn=rnd % cfg.turns + 1, input_tokens_requested=asked,
+                               output_tokens_requested=max_tokens if asked else None)
         return build_request(self.endpoint, body, request_id), record, text
 
     def schedule(self, rate: float) -> list[float]:

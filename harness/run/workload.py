@@ -30,17 +30,20 @@ def payload(
     temperature: float,
     force_length: bool = True,
     history: Sequence[Turn] = (),
+    messages: Sequence[dict] = (),
 ) -> dict:
     """The request body; `force_length` asks servers to ignore EOS so outputs reach max_tokens.
     `history`: the conversation so far, resent before the new message (chat: as messages;
-    completions: as one text, turns apart by blank lines), so it is a prefix of this prompt."""
+    completions: as one text, turns apart by blank lines), so it is a prefix of this prompt.
+    `messages`: chat messages to send for the new turn in place of one user message of
+    `prompt` (which completions send)."""
     body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
                   "stream": True, "stream_options": STREAM_OPTIONS}
     if api == "chat":
         body["messages"] = [
             *({"role": role, "content": text} for said, answer in history
               for role, text in (("user", said), ("assistant", answer))),
-            {"role": "user", "content": prompt}]
+            *(messages or ({"role": "user", "content": prompt},))]
     else:
         body["prompt"] = "".join(f"{said}\n\n{answer}\n\n" for said, answer in history) + prompt
     if force_length:
@@ -50,10 +53,45 @@ def payload(
 
 
 @dataclass(slots=True, frozen=True)
+class TokenLine:
+    """What the server counts for a prompt of p words (or pieces): `base` + `per_word` x p;
+    `base` is its chat template's share. Fitted over calibration's probes."""
+
+    base: float
+    per_word: float
+
+    def content_pieces(self, tokens: int) -> int:
+        """Pieces of text that make a prompt of `tokens` tokens, template included."""
+        return max(1, round((tokens - self.base) / self.per_word))
+
+    def block_pieces(self, tokens: float) -> int:
+        """Pieces of a block of `tokens` tokens inside a prompt (no template of its own)."""
+        return max(1, round(tokens / self.per_word))
+
+    @classmethod
+    def fit(cls, points: Sequence[tuple[int, int]]) -> TokenLine | None:
+        """Least squares over (words, tokens) of two or more sizes; None with fewer."""
+        if len({w for w, _ in points}) < 2:
+            return None
+        n = len(points)
+        mw = sum(w for w, _ in points) / n
+        mt = sum(t for _, t in points) / n
+        slope = (sum((w - mw) * (t - mt) for w, t in points)
+                 / sum((w - mw) ** 2 for w, _ in points))
+        if slope <= 0:
+            return None
+        return cls(mt - slope * mw, slope)
+
+
+UNCOUNTED = TokenLine(0.0, 1.0)  # a server that counts no prompt tokens: a piece a token
+
+
+@dataclass(slots=True, frozen=True)
 class Calibration:
     words: int
     prompt_tokens: int | None  # None: the server reports no usage, so the count is a guess
     target: int
+    line: TokenLine | None = None  # fitted over every probe (None: fewer than two sizes)
 
     @property
     def error(self) -> float | None:
@@ -76,7 +114,8 @@ async def calibrate(target: int, probe: Probe, max_probes: int = 8) -> Calibrati
     """Find the word count whose prompt measures within +-TOLERANCE of `target` tokens (or
     the closest of `max_probes`).
 
-    `probe(words)` sends one max_tokens=1 request and returns usage.prompt_tokens.
+    `probe(words)` sends one max_tokens=1 request and returns usage.prompt_tokens. Every
+    probe's point goes into the calibration's `line` (prompts of other lengths, a trace's).
     """
     w1 = max(target // 2, 4)
     p1 = await probe(w1)
@@ -86,6 +125,7 @@ async def calibrate(target: int, probe: Probe, max_probes: int = 8) -> Calibrati
     p2 = await probe(w2)
     if p2 is None:
         return Calibration(words=w1, prompt_tokens=p1, target=target)
+    points = [(w1, p1), (w2, p2)]
     slope = max((p2 - p1) / (w2 - w1), 0.05)
     best = (w1, p1) if abs(p1 - target) <= abs(p2 - target) else (w2, p2)
     words = w2
@@ -94,9 +134,11 @@ async def calibrate(target: int, probe: Probe, max_probes: int = 8) -> Calibrati
         measured = await probe(words)
         if measured is None:
             break
+        points.append((words, measured))
         if abs(measured - target) < abs(best[1] - target):
             best = (words, measured)
         if abs(measured - target) <= TOLERANCE * target:
             break
         w1, p1 = words, measured
-    return Calibration(words=best[0], prompt_tokens=best[1], target=target)
+    return Calibration(words=best[0], prompt_tokens=best[1], target=target,
+                       line=TokenLine.fit(points))

@@ -57,9 +57,17 @@ def _rate_records() -> list:
     return records
 
 
-@pytest.mark.parametrize("group", ["level", "rate", "slo"])
+def _trace_records() -> list:
+    records = _rate_records()
+    for r in records:
+        r.speedup, r.input_tokens_requested, r.trace_prefix_tokens = 4.0, 100, 50
+    return records
+
+
+@pytest.mark.parametrize("group", ["level", "rate", "trace", "slo"])
 def test_summary_level_rows_have_every_summary_figure(group):
-    keys = _level_keys("closed", make_records()) | _level_keys("rate", _rate_records())
+    keys = (_level_keys("closed", make_records()) | _level_keys("rate", _rate_records())
+            | _level_keys("trace", _trace_records()))
     for name, fig in LEVEL_FIGURES.items():
         if fig.group == group and fig.summary:
             assert name in keys, f"LevelStats.{name} is not a key of the summary's level rows"

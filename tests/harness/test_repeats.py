@@ -128,7 +128,7 @@ def test_repeat_below_one_is_refused_and_nothing_is_stored(tmp_path):
 
 
 def test_repeat_with_rate_mode_is_refused():
-    with pytest.raises(ConfigError, match="--repeat applies to --mode closed and burst"):
+    with pytest.raises(ConfigError, match="--repeat does not apply to --mode rate"):
         modes.check(RunConfig(url="http://127.0.0.1:1/v1", model="m", levels=(), mode="rate",
                               rates=(1.0,), repeat=2))
 

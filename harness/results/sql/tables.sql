@@ -66,7 +66,16 @@ CREATE TABLE IF NOT EXISTS requests (
     itl_p90_ms DOUBLE,
     itl_p99_ms DOUBLE,
     itl_bins SMALLINT[],  -- the token gaps' histogram: bin b holds gaps of ~1.01^b us
-    itl_counts INTEGER[]  -- ... and how many token gaps each bin holds
+    itl_counts INTEGER[],  -- ... and how many token gaps each bin holds
+    speedup DOUBLE,  -- mode trace: the level's speedup over the trace's clock (rate: the
+    -- requests/s that offers); NULL in other modes
+    trace_line INTEGER,  -- modes trace, trace-closed: the request's line in the trace file
+    trace_input_tokens INTEGER,  -- ... the input and output lengths the trace gives it
+    trace_output_tokens INTEGER,
+    input_tokens_requested INTEGER,  -- ... what its prompt was sized to (scaled, clipped)
+    output_tokens_requested INTEGER,  -- ... its max_tokens
+    trace_prefix_tokens INTEGER  -- ... its prompt's tokens in blocks an earlier request of
+    -- the pass sent first: what the trace's hash ids leave a prefix cache to reuse
 );
 -- one row per request: a batch the writer sends again after a crash adds nothing
 CREATE UNIQUE INDEX IF NOT EXISTS requests_unique_id ON requests (run_id, request_id);

@@ -50,7 +50,8 @@ SELECT
     q.rate,
     count(*) AS requests,
     count(*) FILTER (WHERE NOT q.ok) AS errors,
-    count(*) FILTER (WHERE q.ok AND q.output_tokens < runs.output_tokens) AS short_outputs,
+    count(*) FILTER (WHERE q.ok AND q.output_tokens
+                     < coalesce(q.output_tokens_requested, runs.output_tokens)) AS short_outputs,
     avg(q.ttft_ms) FILTER (WHERE q.ok) AS mean_ttft_ms,
     quantile_cont(q.ttft_ms, 0.5) FILTER (WHERE q.ok) AS p50_ttft_ms,
     quantile_cont(q.ttft_ms, 0.9) FILTER (WHERE q.ok) AS p90_ttft_ms,
@@ -87,6 +88,11 @@ SELECT
     quantile_cont(epoch_us(q.sent_at) - epoch_us(q.scheduled_at), 0.99) / 1000.0
         AS p99_send_lag_ms,
     avg(q.cached_tokens) FILTER (WHERE q.ok) AS mean_cached_tokens,
+    -- a trace replay: a timed level's speedup, the prompt tokens asked for and those the
+    -- trace's hash ids share with the pass's earlier requests
+    any_value(q.speedup) AS speedup,
+    avg(q.input_tokens_requested) FILTER (WHERE q.ok) AS mean_input_tokens_requested,
+    avg(q.trace_prefix_tokens) FILTER (WHERE q.ok) AS mean_trace_prefix_tokens,
     -- users mode: the share of each user's time with a request running (busy / busy + think)
     -- over the requests a think followed (harness.results.users.duty_cycle)
     CASE WHEN count(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL) > 0

@@ -9,7 +9,7 @@ import argparse
 from typing import Any
 
 from harness.config import ConfigError, RunConfig
-from harness.run.modes import burst, closed, rate, users
+from harness.run.modes import burst, closed, rate, trace, users
 from harness.run.modes.base import LoadMode
 
 MODES: dict[str, LoadMode] = {mode.name: mode for mode in (
@@ -17,13 +17,24 @@ MODES: dict[str, LoadMode] = {mode.name: mode for mode in (
     burst.MODE,
     rate.MODE,
     users.MODE,
+    trace.TIMED,
+    trace.CLOSED,
 )}
+DEFAULT = closed.MODE.name
 
 
 def mode_for(name: str) -> LoadMode:
     if name not in MODES:
         raise ConfigError(f"--mode must be one of {', '.join(MODES)}, not {name!r}")
     return MODES[name]
+
+
+def chosen(args: argparse.Namespace) -> str:
+    """The run's mode: --mode as given, else the one its flags imply (--trace: a trace
+    replay), else the default."""
+    if args.mode:
+        return str(args.mode)
+    return next((name for mode in MODES.values() if (name := mode.implied(args))), DEFAULT)
 
 
 def check(config: RunConfig) -> RunConfig:
@@ -40,8 +51,9 @@ def check(config: RunConfig) -> RunConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--mode and the flags each mode takes."""
-    parser.add_argument("--mode", choices=tuple(MODES), default="closed",
-                        help="; ".join(mode.help for mode in MODES.values()))
+    parser.add_argument("--mode", choices=tuple(MODES),
+                        help="; ".join(mode.help for mode in MODES.values())
+                        + f" (default: {DEFAULT}, or what --trace implies)")
     for mode in MODES.values():
         mode.add_arguments(parser)
 
@@ -49,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_flags(args: argparse.Namespace) -> dict[str, Any]:
     """RunConfig fields from every mode's flags (a mode checks that the others' are unset)."""
     fields: dict[str, Any] = {}
+    name = chosen(args)
     for mode in MODES.values():
-        fields.update(mode.read_flags(args, chosen=mode.name == args.mode))
+        fields.update(mode.read_flags(args, chosen=mode.name == name))
     return fields
 
 

@@ -7,30 +7,36 @@ from __future__ import annotations
 
 import argparse
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from harness.config import ConfigError, RunConfig
 from harness.records import RequestRecord
 from harness.results.client_check import ClientCheck
-from harness.results.metrics import LEVEL_KEYS, LevelStats
+from harness.results.metrics import LEVEL_KEYS, LevelStats, Targets
+from harness.results.report import search_plan
 from harness.results.store import Store
+from harness.run.prompts import Prompts
+from harness.run.trace import lengths
 
 if TYPE_CHECKING:
     from harness.run.sweep import Sweep
 
 Commit = Callable[[list[RequestRecord]], None]
 OnRecord = Callable[[RequestRecord], None]
+Measure = Callable[["Level"], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class Level:
     """A load point: a concurrency C (a user count U in users mode), or a request rate (its
-    concurrency 0), the keys a level's rows are stored under."""
+    concurrency 0), the keys a level's rows are stored under; a timed trace replay's level is
+    a speedup X, stored under the rate it offers."""
 
     concurrency: int
     rate: float | None = None
+    speedup: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,10 @@ class LoadMode:
         """RunConfig fields from this mode's flags (`chosen`: the run is in this mode)."""
         return {}
 
+    def implied(self, args: argparse.Namespace) -> str | None:
+        """The mode (this one, or a sibling) a run's flags choose when --mode is not given."""
+        return None
+
     def default_levels(self, concurrencies: tuple[int, ...],
                        args: argparse.Namespace) -> tuple[int, ...]:
         """The levels of a run given no --levels, from the device's (or the default) ones."""
@@ -153,3 +163,49 @@ class LoadMode:
     def store_pass(self, store: Store, config: RunConfig, run_id: str, p: Pass,
                    outcome: LevelOutcome) -> None:
         """What the mode keeps of a pass beside its requests and the server's figures."""
+
+    def prompts(self, config: RunConfig) -> Prompts | None:
+        """The prompts the mode sends, where they are not the config's --prompts: text sized
+        per request under --lengths-from."""
+        return lengths.prompts(config)
+
+    def calibration_target(self, config: RunConfig) -> int:
+        """The prompt length calibration fits words to (--lengths-from: the median drawn)."""
+        drawn = lengths.draws(config)
+        return drawn.median_input if drawn else config.input_tokens
+
+    def check_server(self, config: RunConfig, context: int | None, kv_pool: int | None) -> None:
+        """Refuse, before anything is sent, lengths the server said it cannot hold."""
+        drawn = lengths.draws(config)
+        if drawn:
+            drawn.check_server(context, kv_pool)
+        else:
+            config.check_server_limits(context, kv_pool)
+
+    async def search(self, config: RunConfig, ledger: Ledger, targets: Targets,
+                     measure: Measure, say: Callable[[str], None]) -> str:
+        """After the levels: full levels (every repeat) at the C that harness.results.search
+        picks, until Max C is known to the integer (or the cap passes); a sentence saying what
+        it found. Probes are stored before they run, so a resumed run finishes a probe it had
+        begun and then plans on from every verdict it has. A users level above the highest
+        passing one that is not in steady state could decide Max users: it is measured once
+        more, with a lead-in of its own, and left out if it is still not steady."""
+        store, run_id = ledger.store, ledger.run_id
+        for c in store.probes(run_id):
+            await measure(Level(c))
+        again: set[int] = set()
+        while True:
+            plan = search_plan(store, run_id, config, targets)
+            assert plan is not None  # this search is a concurrency's (or a user count's)
+            retry = next((c for c in plan.unsettled if c > plan.max_c and c not in again), None)
+            if retry is not None:
+                again.add(retry)
+                say(f"U={retry} was not in steady state: measuring it again")
+                store.forget_level(run_id, retry)
+                await measure(Level(retry))
+                continue
+            if plan.next_probe is None:
+                return (f"{self.max_name} {plan.max_c}{'+' if plan.lower_bound else ''}: "
+                        f"{plan.how}")
+            store.add_probe(run_id, plan.next_probe)
+            await measure(Level(plan.next_probe))
