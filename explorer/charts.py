@@ -8,6 +8,7 @@ from collections.abc import Collection
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from explorer import literal
 
@@ -440,4 +441,29 @@ def ttft_vs_context(turns: pd.DataFrame, users: bool = False) -> go.Figure:
         yaxis2={"title": "cached prompt tokens", "overlaying": "y", "side": "right",
                 "rangemode": "tozero", "showgrid": False},
         legend={"orientation": "h", "y": -0.25}, margin={"t": 30, "b": 10}, height=420)
+    return fig
+
+
+def trace_timeline(windows: pd.DataFrame, speedup: float) -> go.Figure:
+    """A timed trace level over the trace's own time: the arrival rate per window as bars
+    (requests per second of the replay), mean TTFT and TPOT as lines on their own axes."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = (windows["start_s"] + windows["width_s"] / 2).tolist()
+    fig.add_trace(go.Bar(x=x, y=windows["arrival_rate"].tolist(),
+                         width=(windows["width_s"] * 0.9).tolist(),
+                         name="arrivals (req/s)", marker={"color": "lightgrey"},
+                         hovertemplate="trace %{x:.0f} s<br>%{y:.2f} req/s<extra></extra>"),
+                  secondary_y=True)
+    for column, name, color in (("mean_ttft_ms", "mean TTFT (ms)", PALETTE[0]),
+                                ("mean_tpot_ms", "mean TPOT (ms)", PALETTE[1])):
+        fig.add_trace(go.Scatter(x=x, y=windows[column].tolist(), mode="lines+markers",
+                                 name=name,
+                                 line={"color": color},
+                                 hovertemplate=f"trace %{{x:.0f}} s<br>{name} %{{y:.1f}}"
+                                               "<extra></extra>"), secondary_y=False)
+    fig.update_xaxes(title_text=f"trace time (s; replayed at {speedup:g}x)")
+    fig.update_yaxes(title_text="ms", secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text="arrivals per second of the replay", secondary_y=True,
+                     rangemode="tozero", showgrid=False)
+    fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h"})
     return fig

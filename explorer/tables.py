@@ -113,7 +113,8 @@ LEVEL_LEAD = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttf
 LEVEL_COLUMNS = (*LEVEL_LEAD,
                  *(c for c in (*figure_names("level", "explorer"),
                                *figure_names("rate", "explorer")) if c not in LEVEL_LEAD),
-                 "client_bound", "loop_lag_p99_ms", "client_cpu_share", "mean_cached_tokens")
+                 "client_bound", "loop_lag_p99_ms", "client_cpu_share",
+                 *figure_names("trace", "explorer"))
 # goodput per level under the SLO set on the Run page
 GOODPUT_COLUMNS = ("concurrency", "requests", *figure_names("slo", "explorer"))
 
@@ -123,6 +124,15 @@ RATE_LEVEL_COLUMNS = ("rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps
                       "requests", "errors", "short_outputs", "p50_ttft_ms", "p90_ttft_ms",
                       "p50_tps", "p1_tps", "throughput_tps", "mean_output_tokens",
                       "mean_prompt_tokens")
+
+# a timed trace replay's levels: keyed by the speedup (and the rate it offers), the trace's
+# prompts beside what the server counted and found cached
+TRACE_LEVEL_COLUMNS = ("speedup", "rate", "passes", "mean_ttft_ms", "p99_ttft_ms", "mean_tps",
+                       "p10_tps", "p50_send_lag_ms", "p99_send_lag_ms", "lag_limited",
+                       "fails_because", *(c for c in figure_names("trace", "explorer")
+                                          if c != "speedup"),
+                       "mean_prompt_tokens", "requests", "errors", "short_outputs",
+                       "mean_tpot_ms", "p99_tpot_ms", "throughput_tps", "mean_output_tokens")
 
 # a users run's levels (`run --mode users`): keyed by the user count, duty cycle up front
 USERS_LEVEL_COLUMNS = ("users", "passes", "within_noise", "steady_state", "duty_cycle",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from explorer import charts, data, literal, rate, tables, ui
+from explorer import charts, data, literal, rate, tables, trace, ui
 from explorer.counters import breakdown_frame, counters_frame
 from harness.config import PROFILE_DUTY
 from harness.results import verdicts
@@ -114,6 +114,57 @@ def show_rate_run(run_id: str, levels: pd.DataFrame, labels: dict[str, str]) -> 
                     width="stretch")
     st.caption("The first-round, server counter and server metric sections are drawn per "
                "concurrency level, so a rate run leaves them out; its requests are in the CSV.")
+    ui.download("Requests CSV", lambda: data.requests_frame(path, [run_id]),
+                f"{run_id}_requests.csv", int(levels["requests"].sum()), "run_requests")
+
+
+def show_trace_run(run_id: str, levels: pd.DataFrame, labels: dict[str, str]) -> None:
+    """A timed trace replay: the speedup it sustains, TTFT and TPS against the rate each
+    speedup offers, the per-level table with the trace's prompts, and a level over the
+    trace's own time axis beside its arrivals."""
+    targets = ui.targets()
+    timed = trace.trace_levels(levels)
+    cap, speedup = trace.capacity(timed, targets)
+    table = rate.judged(timed, cap)
+    st.subheader(f"Sustains {speedup:g}x the trace's rate" if speedup
+                 else "No speedup of the trace meets the targets")
+    cols = st.columns(3)
+    cols[0].metric("sustained speedup", f"{speedup:g}x")
+    cols[1].metric("its request rate (req/s)", f"{cap.max_rate:.3g}")
+    cols[2].metric("speedups replayed", len(timed))
+    st.caption(f"The fastest replay of the trace (its clock divided by the speedup) whose "
+               f"{targets.statistic} TPS >= {targets.tps_min:g} tok/s and TTFT <= "
+               f"{targets.ttft_max_ms:g} ms, with no errors. Note: "
+               f"{verdicts.TRACE_USERS_NEED_C}.")
+    for warning in cap.warnings:
+        st.warning(warning)
+    passing = {(run_id, float(r)) for r, v in cap.levels if v.passes}
+    left, right = st.columns(2)
+    left.plotly_chart(charts.metric_vs_rate(
+        timed, "mean_ttft_ms", targets.ttft_max_ms, f"TTFT target {targets.ttft_max_ms:g} ms",
+        passing, "mean TTFT (ms)", labels), width="stretch")
+    right.plotly_chart(charts.metric_vs_rate(
+        timed, "mean_tps", targets.tps_min, f"TPS target {targets.tps_min:g}", passing,
+        "mean TPS per request (tok/s)", labels), width="stretch")
+    st.subheader("Per speedup")
+    st.caption("Each speedup replays the trace's window once, at the request rate shown. "
+               "Prompt tokens asked: the trace's lengths, scaled and clipped; shared: those "
+               "in blocks an earlier request of the level sent first (its hash ids); cached: "
+               "those the server said it reused.")
+    table = table.drop(columns=["source", "concurrency"], errors="ignore")
+    tables.show(table, tables.TRACE_LEVEL_COLUMNS, pinned=("speedup",))
+    ui.download("Levels CSV", lambda: table, f"{run_id}_levels.csv", len(table), "run_levels")
+    path, _ = ui.database()
+    st.subheader("Over the trace's time")
+    choices = [float(x) for x in timed["speedup"]]
+    chosen = st.selectbox("speedup", choices, index=choices.index(speedup)
+                          if speedup in choices else 0, format_func=lambda x: f"{x:g}x",
+                          key="trace_speedup")
+    windows = trace.windows(path, run_id, chosen)
+    if not windows.empty:
+        st.plotly_chart(charts.trace_timeline(windows, chosen), width="stretch")
+        st.caption(f"Windows of {windows['width_s'].iloc[0]:g} s of trace time: the requests "
+                   "due in each (grey, per second of the replay) and how they were served.")
     ui.download("Requests CSV", lambda: data.requests_frame(path, [run_id]),
                 f"{run_id}_requests.csv", int(levels["requests"].sum()), "run_requests")
 
@@ -227,6 +278,8 @@ else:
     levels = ui.levels_for([run_id])
     if levels.empty:
         st.info("This run has stored no finished round yet: its levels appear as they finish.")
+    elif not trace.trace_levels(levels).empty:  # a timed trace replay: levels are speedups
+        show_trace_run(run_id, levels, labels)
     elif not rate.rate_levels(levels).empty:  # run --mode rate: levels are request rates
         show_rate_run(run_id, levels, labels)
     else:

@@ -416,3 +416,51 @@ def build_with_token_times(path: Path) -> dict[str, str]:
             0, 0.5 if starved else 0.02))
     store.finish_run(TIMED_RUN, "complete")
     return {**ids, "timed": TIMED_RUN}
+
+
+# A timed trace replay (`run --trace`): a 60 s window of 30 requests (0.5 req/s on the
+# trace's clock, one every 2 s, the burst at trace time 20-30 s holding 10 of them) replayed
+# at speedups 1, 2, 4 and 8; per speedup, mean TTFT ms and mean TPS. 1-4 pass, 8 fails on TPS.
+TRACE_RUN = "fixture-trace"
+TRACE_SPEEDUPS = (1.0, 2.0, 4.0, 8.0)
+TRACE_PROFILE = {1.0: (200, 34.0), 2.0: (240, 30.0), 4.0: (400, 24.0), 8.0: (900, 15.0)}
+TRACE_ARRIVALS = tuple(sorted([*(2.0 * k for k in range(10)), *(20 + k for k in range(10)),
+                               *(40 + 2.0 * k for k in range(10))]))
+
+
+def trace_records(start: float = T0 + 20000) -> list[RequestRecord]:
+    """Requests of the trace run: concurrency 0, the rate each speedup offers, `speedup`,
+    and the trace's lengths beside what was asked (every other request shares one block)."""
+    base_rate = (len(TRACE_ARRIVALS) - 1) / TRACE_ARRIVALS[-1]
+    out = []
+    for speedup in TRACE_SPEEDUPS:
+        ttft, tps = TRACE_PROFILE[speedup]
+        for k, arrival in enumerate(TRACE_ARRIVALS):
+            scheduled = start + arrival / speedup
+            out.append(RequestRecord(
+                request_id=f"trace-x{speedup:g}-k{k}", concurrency=0, round=0, worker=k,
+                sent_at=scheduled + 0.0005, ttft_ms=ttft, latency_ms=64 / tps * 1000,
+                output_tokens=64, input_tokens=101, chunks=64, finish_reason="length",
+                http_status=200, rate=base_rate * speedup, speedup=speedup,
+                scheduled_at=scheduled, trace_line=k + 1, trace_input_tokens=5000,
+                trace_output_tokens=64, input_tokens_requested=100,
+                output_tokens_requested=64, trace_prefix_tokens=50 * (k % 2)))
+        start += TRACE_ARRIVALS[-1] / speedup + 30
+    return out
+
+
+def build_with_trace(path: Path) -> dict[str, str]:
+    """The fixture database plus the trace run; returns {kind: run_id}, `trace` included."""
+    ids = build(path)
+    store = Store(path)
+    store.create_run(RunRow(
+        run_id=TRACE_RUN, device="spark", engine="engram-bench", model="qwen-mini",
+        table_placement="nvme", target_url="http://127.0.0.1:8000/v1", api="chat",
+        mode="trace", levels=[], rounds=10, input_tokens=128, output_tokens=128,
+        measured_input_tokens=101, label="fixture trace",
+        config=stored(mode="trace", levels=(), trace="/traces/mooncake.jsonl",
+                      speedups=TRACE_SPEEDUPS, input_scale=0.02)))
+    store.write_requests(TRACE_RUN, trace_records())
+    store.finish_run(TRACE_RUN, "complete")
+    ids["trace"] = TRACE_RUN
+    return ids
