@@ -6,6 +6,7 @@ Calibration asks the target itself: it sends a few max_tokens=1 requests and rea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,9 @@ def payload(
     return body
 
 
+BLOCK_MARGIN = 0.05  # a trace's block holds this much over its tokens (TokenLine.block_pieces)
+
+
 @dataclass(slots=True, frozen=True)
 class TokenLine:
     """What the server counts for a prompt of p words (or pieces): `base` + `per_word` x p;
@@ -65,8 +69,12 @@ class TokenLine:
         return max(1, round((tokens - self.base) / self.per_word))
 
     def block_pieces(self, tokens: float) -> int:
-        """Pieces of a block of `tokens` tokens inside a prompt (no template of its own)."""
-        return max(1, round(tokens / self.per_word))
+        """Pieces of a block of `tokens` tokens inside a prompt (no template of its own),
+        BLOCK_MARGIN over: a window of text holds a few percent more or fewer tokens than the
+        line says, and a block that fell short would leave a cache of whole blocks one block
+        short of the prefix the trace shares. A prompt's length is its own (content_pieces):
+        the margin only moves where its blocks end."""
+        return max(1, math.ceil(tokens * (1 + BLOCK_MARGIN) / self.per_word))
 
     @classmethod
     def fit(cls, points: Sequence[tuple[int, int]]) -> TokenLine | None:

@@ -260,3 +260,32 @@ def test_multi_turn_sessions_store_vllms_cached_prompt_tokens(vllm, tmp_path):
                        "--input-tokens", "1000", "--db", str(db), "--no-progress")
     assert too_long.returncode == 2
     assert "above the server's 1024-token context" in too_long.stderr
+
+
+def test_a_traces_shared_first_block_is_vllms_prefix_cache_hits(vllm, tmp_path):
+    """A Mooncake trace whose requests share their first block, replayed one request at a
+    time: vLLM's own prefix-cache hits over the level, in tokens, are within 10 % of the
+    tokens the trace's hash ids say an earlier request sent first (its blocks are 64 tokens
+    at --input-scale 1/8; vLLM caches whole blocks of 32)."""
+    rows = [[0, 1], [0, 2], [0, 3], [0, 4]]
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"timestamp": 500 * k, "input_length": 512 * len(ids), "output_length": 2,
+         "hash_ids": ids}) + "\n" for k, ids in enumerate(rows)))
+    db = tmp_path / "p.duckdb"
+    proc = run_cli("run", "--url", vllm.url, "--trace", str(trace), "--trace-schedule",
+                   "closed", "--levels", "1", "--input-scale", "0.125", "--db", str(db),
+                   "--json", "--no-progress", timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    records = Store(db).requests(summary["run_id"])
+    assert sorted(r.trace_line for r in records) == list(range(1, len(rows) + 1))
+    implied = sum(r.trace_prefix_tokens or 0 for r in records)
+    assert implied == 64 * (len(rows) - 1)  # the first block, sent first by the first request
+    with duckdb.connect(str(db), read_only=True) as con:
+        hits = con.execute("SELECT sum(value) FROM server_metrics WHERE run_id = ? AND name = "
+                           "'vllm:prefix_cache_hits_total' AND stat = 'delta'",
+                           [summary["run_id"]]).fetchone()[0]
+    print(f"vLLM's prefix-cache hits {hits} tokens, the trace's shared blocks {implied}")
+    assert hits is not None and abs(hits / implied - 1) <= 0.10, (hits, implied)
+    assert summary["levels"][0]["prefix_hit_rate"] > 0
