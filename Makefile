@@ -53,7 +53,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-peers bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-trace bench-peers bench-explorer cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -138,6 +138,13 @@ bench-users: $(ALL)
 # Measured users beside Max C x 4 with intervals, interleaved (BUNDLED=1: the spark server too).
 bench-users-study: $(ALL)
 	$(BIN)/python -m benchmarks.users_vs_closed $(if $(BUNDLED),--bundled)
+
+# A trace read and scheduled (100,000 lines) and its send lag, then what a trace does to the
+# bundled server's offloaded table beside 128/128-like prompts (TRACE=FILE: your own trace).
+TRACE ?=
+bench-trace: $(ALL)
+	$(BIN)/python -m benchmarks.trace_speed
+	$(BIN)/python -m benchmarks.trace_table $(if $(TRACE),--trace $(TRACE))
 
 # engram-bench beside vllm bench serve, AIPerf and GuideLLM on one fake server, graded on its log.
 bench-peers: $(ALL)

@@ -276,8 +276,8 @@ class Runtime:
             stats_keys.CACHE_RATIO: (self.table_budget / self.table.data_bytes
                                      if self.table_budget is not None else None),
             "weight_bytes": self.weight_bytes,
-            stats_keys.TOKENS: tokens, "prefill_tokens": e.prefill_tokens,
-            "decode_tokens": e.decode_tokens, "steps": e.steps,
+            stats_keys.TOKENS: tokens, stats_keys.PREFILL_TOKENS: e.prefill_tokens,
+            stats_keys.DECODE_TOKENS: e.decode_tokens, "steps": e.steps,
             "prefill_steps": e.prefill_steps, "decode_steps": e.decode_steps,
             stats_keys.STEP_MS: e.step_ms, "prefill_step_ms": e.prefill_step_ms,
             "decode_step_ms": e.decode_step_ms, stats_keys.COMPUTE_MS: e.compute_ms,
