@@ -8,8 +8,10 @@ import os
 
 import pytest
 
+from harness.config import RunConfig
 from harness.run.trace import source
 from harness.run.trace.formats import TraceError
+from harness.run.trace.requests import shaped
 from tests.helpers import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"
@@ -195,3 +197,20 @@ def test_a_trace_without_timestamps_takes_no_clock(tmp_path, flags, message):
                    "--db", str(tmp_path / "b.duckdb"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not (tmp_path / "b.duckdb").exists() or "run" not in done.stdout
+
+
+def test_a_shared_block_counts_as_far_as_an_earlier_request_sent_it(tmp_path):
+    """A prompt's last block is cut where the prompt ends: a later request sharing that id
+    shares that much of it, and nothing of the blocks after it."""
+    path = _mooncake(tmp_path / "m.jsonl", [
+        {"timestamp": 0, "input_length": 768, "output_length": 2, "hash_ids": [0, 1]},
+        {"timestamp": 1, "input_length": 1536, "output_length": 2, "hash_ids": [0, 1, 2]},
+        {"timestamp": 2, "input_length": 2048, "output_length": 2, "hash_ids": [0, 1, 2, 3]},
+        {"timestamp": 3, "input_length": 1024, "output_length": 2, "hash_ids": [5, 1]}])
+    config = RunConfig(url="x", model="m", mode="trace", levels=(), trace=str(path),
+                       speedups=(1.0,))
+    shares = [s.prefix_tokens for s in shaped(config, source.read(path))]
+    # block 1 was sent half (768 = 1.5 blocks): the second request shares 512 + 256; the
+    # third shares blocks 0 and 1 whole (the second sent them) and block 2 whole; a prefix
+    # that starts elsewhere shares nothing
+    assert shares == [0, 768, 1536, 0]

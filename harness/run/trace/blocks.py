@@ -30,7 +30,8 @@ RUN_WORDS = 12  # consecutive corpus words a block takes from one place before i
 
 
 @functools.cache
-def _corpus() -> tuple[tuple[str, ...], tuple[int, ...]]:
+def corpus_words() -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The corpus's words and each one's pieces, read once per process."""
     words = tuple(corpus.text().split())
     return words, tuple(pieces(w) for w in words)
 
@@ -50,7 +51,7 @@ class BlockText:
         """`count` pieces' worth of words (a word may end a little past it) for `block_id`,
         and each word's pieces: runs of RUN_WORDS corpus words, the first run's start
         distinct for consecutive ids."""
-        words, sizes = _corpus()
+        words, sizes = corpus_words()
         n = len(words)
         rng = random.Random(self.seed ^ (block_id * 0x9E3779B97F4A7C15 & (2**64 - 1)))
         start = spread(self.seed, block_id, n)

@@ -50,24 +50,28 @@ def shape(config: RunConfig, r: TraceRequest) -> tuple[int | None, int]:
 
 def shaped(config: RunConfig, trace: Trace) -> list[Shaped]:
     """Every request of the window, in trace order, with the prefix tokens its hash ids share
-    with the requests before it (every prefix of ids seen so far, as an unbounded prefix cache
-    would hold them)."""
+    with the requests before it, as an unbounded prefix cache would hold them: each prefix of
+    ids seen so far, with as much of its last block as an earlier request sent (a prompt's
+    last block is cut where it ends, so a later request sharing that id shares that much of
+    it, and nothing after)."""
     block = block_tokens(config)
-    seen: set[int] = set()
+    sent: dict[int, float] = {}  # a prefix of ids -> the most of its last block sent
     out = []
     for r in trace.requests:
         tokens, output = shape(config, r)
         prefix = None
         if r.hash_ids and tokens is not None:
-            shared, key, hit = 0, 0, True
-            for block_id in r.hash_ids:
+            shared, key, matching = 0.0, 0, True
+            for j, block_id in enumerate(r.hash_ids):
                 key = hash((key, block_id))
-                if hit and key in seen:
-                    shared += 1
+                mine = max(0.0, min(block, tokens - j * block))  # this block's part it sends
+                if matching and key in sent:
+                    shared += min(sent[key], mine)
+                    matching = sent[key] >= block
                 else:
-                    hit = False
-                    seen.add(key)
-            prefix = min(round(shared * block), tokens)
+                    matching = False
+                sent[key] = max(sent.get(key, 0.0), mine)
+            prefix = min(round(shared), tokens)
         out.append(Shaped(tokens, output, prefix))
     return out
 
