@@ -41,6 +41,10 @@ SAMPLES = (
     Sample("bench", "The full default `make bench`, against the bundled Engram server held as a "
            "DGX Spark holds its table (levels 1, 2, 4, 8, 10 rounds, 128/128 tokens, closed loop)",
            ("--device", "spark"), ("README.md", "docs/index.md")),
+    Sample("vllm", "`make bench ENGINE=vllm QUICK=1` (spark's profile, levels 1 and 2, 2 rounds, "
+           "128/128 tokens), against vLLM's CPU build serving the tiny Llama",
+           ("--bundled", "vllm", "--device", "spark", "--levels", "1,2", "--rounds", "2"),
+           ("docs/engines.md",)),
 )
 _SERVER_UP = re.compile(r" up at \S+ after ([\d.]+) s")
 _LOAD_EVERY_S = 5.0
