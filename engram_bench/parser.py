@@ -42,6 +42,14 @@ def _run_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or auto, not {text!r}")
+    return int(text)
+
+
 def _temperature(text: str) -> float:
     if not 0 <= (value := _number(text)) <= MAX_TEMPERATURE:
         raise argparse.ArgumentTypeError(
@@ -170,6 +178,10 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--no-server-metrics", dest="server_metrics", action="store_false",
                      help="do not scrape the target's Prometheus /metrics (default: scraped "
                           "every 0.5 s of each level, stored per level)")
+    run.add_argument("--workers", type=_workers, default=1, metavar="N|auto",
+                     help="load processes each level's streams (or requests) are split "
+                          "across, each its own event loop and connections; auto: one per 256 "
+                          "streams of the highest level, at most one per CPU")
     run.add_argument("--keep-going", action="store_true",
                      help="store a round in which no request could connect as errors and go "
                           "on (default: the run stops as failed, the server having stopped "

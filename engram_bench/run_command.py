@@ -21,7 +21,7 @@ from engram_bench.run_config import check_search, config_for
 from engram_bench.show import show_run
 from harness.config import RunConfig
 from harness.results.store import Store, StoreError
-from harness.run import aio, modes
+from harness.run import aio, modes, workers
 from harness.run.prompts import load
 from harness.wire.endpoint import Endpoint
 from runners import engines
@@ -83,6 +83,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         run_targets = targets(args)
         store = Store(args.db, stopped=aio.stopping)  # a stop gives up a wait for its lock
         config, resume_id = config_for(args, store)  # bad flags stop here: nothing stored
+        if args.workers == "auto" and not resume_id:
+            output_console(stderr=True).print(workers.auto(config)[1], highlight=False)
         extra = engines.engine_of(config.server_args).extra if config.server_args else None
         if extra:
             extras.require(extra)

@@ -13,7 +13,7 @@ from engram_bench.parser import build_parser
 from harness.config import DEFAULT_LEVELS, RunConfig, StoredRun
 from harness.results.metrics import Targets
 from harness.results.store import Store
-from harness.run import modes
+from harness.run import modes, workers
 from harness.run.prompts import BUILTIN
 from runners import engines
 from runners.profiles import profile
@@ -115,7 +115,9 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,
         keep_going=args.keep_going, token_times=args.token_times, **modes.read_flags(args),
     )
-    return modes.check(config)
+    config = modes.check(config)
+    count = workers.auto(config)[0] if args.workers == "auto" else args.workers
+    return modes.check(replace(config, workers=count)) if count > 1 else config
 
 
 def check_search(config: RunConfig, targets: Targets) -> None:

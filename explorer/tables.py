@@ -85,6 +85,7 @@ COLUMNS: dict[str, Column] = {
     "fails_because": Column("fails because"),
     "client_bound": Column("client-bound", "check"),
     "loop_lag_p99_ms": Column("harness loop lag p99 (ms)", "number", "%.2f"),
+    "read_lag_mean_ms": Column("harness first-token read lag (ms)", "number", "%.2f"),
     "client_cpu_share": Column("harness CPU (of a core)", "number", "percent"),
     "lag_limited": Column("send lag > 10 ms", "check"),
     # multi-turn runs: per turn of the conversations
@@ -113,7 +114,7 @@ LEVEL_LEAD = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttf
 LEVEL_COLUMNS = (*LEVEL_LEAD,
                  *(c for c in (*figure_names("level", "explorer"),
                                *figure_names("rate", "explorer")) if c not in LEVEL_LEAD),
-                 "client_bound", "loop_lag_p99_ms", "client_cpu_share",
+                 "client_bound", "loop_lag_p99_ms", "read_lag_mean_ms", "client_cpu_share",
                  *figure_names("trace", "explorer"))
 # goodput per level under the SLO set on the Run page
 GOODPUT_COLUMNS = ("concurrency", "requests", *figure_names("slo", "explorer"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from dataclasses import asdict, dataclass, fields
 from typing import TypeVar
@@ -37,6 +38,12 @@ DEFAULT_DURATION_S = 60.0  # mode rate: seconds a rate level sends for
 USERS_PER_MAX_C = {"chat": 4.0, "agentic": 1.5}
 PROFILE_DUTY = {profile: 1 / factor for profile, factor in USERS_PER_MAX_C.items()}
 PROFILES = tuple(PROFILE_DUTY)
+
+
+def max_workers() -> int:
+    """The most load processes a run may split into: 4 per CPU (past that they only take
+    turns on the CPUs)."""
+    return 4 * (os.cpu_count() or 1)
 
 
 class ConfigError(ValueError):
@@ -195,6 +202,7 @@ class RunConfig:
     max_input_tokens: int | None = None  # clips
     max_output_tokens: int | None = None
     lengths_from: str = ""  # a sweep's request lengths drawn from this trace's (absolute path)
+    workers: int = 1  # load processes a level's streams (or requests) are split across
 
     def __post_init__(self) -> None:
         """The knobs every mode shares; each mode checks its own (harness.run.modes.check)."""
@@ -223,6 +231,12 @@ class RunConfig:
                               f"level, {max(self.levels)}")
         if not 1 <= self.repeat <= MAX_REPEAT:
             raise ConfigError(f"--repeat must be from 1 to {MAX_REPEAT:,}, not {self.repeat:,}")
+        if not 1 <= self.workers <= max_workers():
+            raise ConfigError(f"--workers must be from 1 to {max_workers()} (4 per CPU), not "
+                              f"{self.workers}")
+        if self.levels and self.workers > max(self.levels):
+            raise ConfigError(f"--workers {self.workers} is more than the highest level's "
+                              f"{max(self.levels)} streams: a worker would have none")
         if not 0 <= self.warmup <= MAX_WARMUP_REQUESTS:
             raise ConfigError(f"--warmup must be from 0 to {MAX_WARMUP_REQUESTS:,} requests, not "
                               f"{self.warmup:,}")

@@ -1,13 +1,13 @@
 """A fake OpenAI-compatible streaming server for tests and the harness accuracy benchmark.
 
 Knobs: ttft_ms, itl_ms, tokens per chunk, output tokens, usage on/off, reasoning or tool-call
-deltas, keep-alive comments, a keep-alive request limit, and faults (HTTP 500/429, drop
-mid-stream, malformed event, error event, stall, a JSON 200 instead of a stream, a close on
-receipt). It serves plain HTTP or TLS, on IPv4 or IPv6. It logs, per request, when it read
-the body and when it wrote the first and last token (`time.perf_counter`, the same monotonic
-clock as the harness), the tokens it sent, the prompt tokens it counted (word by word, or
-with `--tokenizer FILE`; on its event loop, or with `--count-off-loop` in a worker thread) and
-the sampling fields it was given, served at GET /mock/timings.
+deltas, keep-alive comments and request limit, faults (HTTP 500/429, drop mid-stream, malformed
+or error event, stall, a JSON 200, a close on receipt). It serves HTTP or TLS, IPv4 or IPv6,
+one port from several processes (`--reuse-port`, each its log at a `--control-port`). It logs
+per request when it read the body and wrote the first and last token (`time.perf_counter`, the
+harness's monotonic clock), the tokens it sent, the prompt tokens it counted (word by word, or
+with `--tokenizer FILE`, on its loop or with `--count-off-loop` in a thread), the sampling
+fields and (`--log-prompts`) the prompt's texts, served at GET /mock/timings.
 
 Run it alone: `python -m harness.mock_server --port 8100 --ttft-ms 150 --itl-ms 8`.
 """
@@ -162,12 +162,13 @@ class MockServer:
             self._counters[path] = load_tokenizer(path)
         return self._counters[path](texts)
 
-    async def start(
-        self, host: str = "127.0.0.1", port: int = 0, ssl: ssl_module.SSLContext | None = None
-    ) -> int:
+    async def start(self, host: str = "127.0.0.1", port: int = 0,
+                    ssl: ssl_module.SSLContext | None = None, reuse_port: bool = False) -> int:
+        """`reuse_port`: several processes serve one port (SO_REUSEPORT)."""
         if self.config.tokenizer:  # read before serving, as a real server reads its own
             self._count_prompt([])
-        self._server = await asyncio.start_server(self._serve_connection, host, port, ssl=ssl)
+        self._server = await asyncio.start_server(self._serve_connection, host, port, ssl=ssl,
+                                                  reuse_port=reuse_port or None)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -563,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--reuse-port", action="store_true", help="share --port (SO_REUSEPORT)")
+    parser.add_argument("--control-port", type=int, help="this process's own port as well")
     for f in dataclasses.fields(MockConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type == "bool":
@@ -579,9 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     async def serve() -> None:
         server = MockServer(config)
         try:
-            port = await server.start(args.host, args.port)
+            port = await server.start(args.host, args.port, reuse_port=args.reuse_port)
         except ValueError as exc:  # a bad --tokenizer: read as the server starts
             parser.exit(2, f"{exc}\n")
+        if args.control_port:  # its log, when several processes share --port
+            await asyncio.start_server(server._serve_connection, args.host, args.control_port)
         print(f"mock server listening on http://{args.host}:{port}/v1", flush=True)
         await asyncio.Event().wait()
 

@@ -6,7 +6,13 @@ others reads late by that wait. A periodic timer on the same loop measures the w
 it fires (`loop lag`). The kernel says how long the loop's thread was runnable but had no CPU
 (run-queue wait): a machine busy with other work delays every timestamp by that much. A level
 is *client-bound* when the lag's p50 or p99, the timing process's CPU share or that wait passes the
-limits below; its TTFT and ITL may then be late by up to the lag.
+limits below; its TTFT and ITL may then be late by up to the lag. A timer can fire on time
+while the loop reads late: with hundreds of streams each callback waits behind the others'
+reads, not behind a sleeping timer. So the client also asks the kernel, as it reads each
+request's first token, how long ago that connection last received data (TCP_INFO's
+tcpi_last_data_recv, in ticks of the kernel's clock, so exact as a mean over many requests):
+a level whose first tokens were read more than READ_LAG_LIMIT_MS late on average is
+client-bound too, its TTFT read late by about that much.
 
 The limits come from `make bench-harness` on a 2-core machine against the mock server
 (docs/studies/accuracy.md#the-harness-checks-itself): at levels that met the targets
@@ -24,6 +30,7 @@ from harness.results.quantiles import quantile
 
 LAG_P50_LIMIT_MS = 1.0  # half the timer's fires this late: most timestamps are
 LAG_P99_LIMIT_MS = 20.0
+READ_LAG_LIMIT_MS = 3.0  # first tokens read this late on average: their TTFT too
 CPU_SHARE_LIMIT = 0.9  # of one core: the loop is one thread
 CPU_WAIT_LIMIT = 0.35  # of the wall time: the loop's thread runnable, waiting for a CPU
 
@@ -38,17 +45,21 @@ class ClientCheck:
     cpu_share: float | None  # the timing process's CPU seconds per wall second
     unread_bytes_max: int | None  # received bytes waiting in the sockets, at the worst tick
     cpu_wait_share: float | None = None  # the loop's thread runnable but without a CPU
+    # how long a first token's bytes had been in the socket when the loop read them, mean
+    # over the level's requests (the kernel's tick is a few ms: the mean is exact over many)
+    read_lag_mean_ms: float | None = None
 
     @property
     def client_bound(self) -> bool:
         return any(value is not None and value > limit for value, limit in (
             (self.loop_lag_p50_ms, LAG_P50_LIMIT_MS), (self.loop_lag_p99_ms, LAG_P99_LIMIT_MS),
-            (self.cpu_share, CPU_SHARE_LIMIT), (self.cpu_wait_share, CPU_WAIT_LIMIT)))
+            (self.cpu_share, CPU_SHARE_LIMIT), (self.cpu_wait_share, CPU_WAIT_LIMIT),
+            (self.read_lag_mean_ms, READ_LAG_LIMIT_MS)))
 
 
 def check(lags_ms: list[float], cpu_s: float, wall_s: float, unread: list[int],
-          waited_s: float | None = None) -> ClientCheck:
-    """The level's check from the monitor's samples."""
+          waited_s: float | None = None, reads_ms: list[int] | None = None) -> ClientCheck:
+    """The level's check from the monitor's samples (`reads_ms`: each first read's lag)."""
     return ClientCheck(
         loop_lag_p50_ms=quantile(lags_ms, 0.5),
         loop_lag_p99_ms=quantile(lags_ms, 0.99),
@@ -56,13 +67,34 @@ def check(lags_ms: list[float], cpu_s: float, wall_s: float, unread: list[int],
         cpu_share=cpu_s / wall_s if wall_s > 0 else None,
         unread_bytes_max=max(unread) if unread else None,
         cpu_wait_share=waited_s / wall_s if waited_s is not None and wall_s > 0 else None,
+        read_lag_mean_ms=sum(reads_ms) / len(reads_ms) if reads_ms else None,
     )
+
+
+def worst(checks: list[ClientCheck]) -> ClientCheck:
+    """The checks of several timing loops (`run --workers`) as one: each figure the worst
+    loop's, so the level is client-bound when any of its loops was."""
+    def top(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    unread = [c.unread_bytes_max for c in checks if c.unread_bytes_max is not None]
+    return ClientCheck(
+        loop_lag_p50_ms=top([c.loop_lag_p50_ms for c in checks]),
+        loop_lag_p99_ms=top([c.loop_lag_p99_ms for c in checks]),
+        loop_lag_max_ms=top([c.loop_lag_max_ms for c in checks]),
+        cpu_share=top([c.cpu_share for c in checks]),
+        unread_bytes_max=max(unread) if unread else None,
+        cpu_wait_share=top([c.cpu_wait_share for c in checks]),
+        read_lag_mean_ms=top([c.read_lag_mean_ms for c in checks]))
 
 
 def describe(name: str, c: ClientCheck) -> str:
     """One sentence for a client-bound level."""
     waited = ("" if c.cpu_wait_share is None
               else f", waiting for a CPU {c.cpu_wait_share:.0%} of the time")
+    if c.read_lag_mean_ms is not None:
+        waited += f", first tokens read {c.read_lag_mean_ms:.1f} ms after they arrived"
     return (f"{name} was client-bound (loop lag p99 {c.loop_lag_p99_ms or 0:.1f} ms, CPU "
             f"{c.cpu_share or 0:.0%} of a core{waited}): its TTFT and ITL may read up to "
             f"{c.loop_lag_p99_ms or 0:.1f} ms late; fewer streams per harness process, or a "

@@ -29,7 +29,9 @@ def _header(name: str) -> str:
 def print_summary(summary: Summary, console: Console) -> None:
     title = (f"run {summary['run_id']} ({summary['status']}): {summary['model']} on "
              f"{summary['device'] or 'unlabelled device'}, engine {summary['engine'] or '-'}, "
-             f"table {summary['table_placement'] or '-'}")
+             f"table {summary['table_placement'] or '-'}"
+             + (f", {summary['workers']} load processes" if summary.get("workers", 1) > 1
+                else ""))
     table = Table(title=title, title_justify="left")
     key = level_key(summary["mode"])
     rate_run, users_run, trace_run = key == "R", key == "U", key == "X"

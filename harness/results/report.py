@@ -120,6 +120,7 @@ def summarise(
         row["loop_lag_p99_ms"] = _round(checked.loop_lag_p99_ms) if checked else None
         row["client_cpu_share"] = _round(checked.cpu_share) if checked else None
         row["client_cpu_wait_share"] = _round(checked.cpu_wait_share) if checked else None
+        row["read_lag_mean_ms"] = _round(checked.read_lag_mean_ms) if checked else None
         row["unread_bytes_max"] = checked.unread_bytes_max if checked else None
         row["client_bound"] = checked.client_bound if checked else None
         if checked and checked.client_bound:
@@ -154,6 +155,7 @@ def summarise(
     summary["turns"] = turns if len(turns) > 1 else None
     config = StoredRun.from_json(run.config).config
     summary["token_times"] = bool(config and config.token_times)
+    summary["workers"] = config.workers if config else 1
     summary["warnings"] = warnings
     return summary
 

@@ -180,10 +180,10 @@ class Store(ResultsFile):
             con.execute("DELETE FROM client_checks WHERE run_id = ? AND concurrency = ? "
                         "AND rate IS NOT DISTINCT FROM ? AND repeat = ?",
                         [run_id, concurrency, rate, repeat])
-            con.execute("INSERT INTO client_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            con.execute("INSERT INTO client_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [run_id, concurrency, rate, repeat, c.loop_lag_p50_ms, c.loop_lag_p99_ms,
                          c.loop_lag_max_ms, c.cpu_share, c.unread_bytes_max, c.client_bound,
-                         c.cpu_wait_share])
+                         c.cpu_wait_share, c.read_lag_mean_ms])
             con.execute("COMMIT")
 
     def write_user_level(self, run_id: str, concurrency: int, repeat: int,
@@ -281,14 +281,15 @@ class Store(ResultsFile):
         )
         return {(r["concurrency"], r["round"]) for r in rows}
 
-    def done_clusters(self, run_id: str) -> set[tuple[int, int, int]]:
-        """(concurrency, repeat, round) already stored: a resume of a `--repeat` run runs only
-        the others (a run stored before repeats has repeat 0 throughout)."""
+    def done_clusters(self, run_id: str) -> dict[tuple[int, int, int], int]:
+        """(concurrency, repeat, round) already stored, with how many requests each holds: a
+        resume of a `--repeat` run runs only the others, and a round stored in part (a worker
+        process died) again (a run stored before repeats has repeat 0 throughout)."""
         rows = self._query(
-            "SELECT DISTINCT concurrency, coalesce(repeat, 0) AS repeat, round FROM requests "
-            "WHERE run_id = ? AND rate IS NULL", [run_id],
+            "SELECT concurrency, coalesce(repeat, 0) AS repeat, round, count(*) AS n FROM "
+            "requests WHERE run_id = ? AND rate IS NULL GROUP BY ALL", [run_id],
         )
-        return {(r["concurrency"], r["repeat"], r["round"]) for r in rows}
+        return {(r["concurrency"], r["repeat"], r["round"]): r["n"] for r in rows}
 
     def done_rates(self, run_id: str) -> set[float]:
         """Rate levels already stored (each is written whole): a resume runs the others."""

@@ -72,6 +72,7 @@ class LevelRow(TypedDict, total=False):
     loop_lag_p99_ms: float | None
     client_cpu_share: float | None
     client_cpu_wait_share: float | None  # the loop's thread runnable without a CPU
+    read_lag_mean_ms: float | None  # how late the loop read first tokens (the kernel's clock)
     unread_bytes_max: int | None
     client_bound: bool | None
     goodput_share: float | None  # with --slo
@@ -202,6 +203,7 @@ class Summary(TypedDict, total=False):
     users: UsersDict
     turns: list[TurnRow] | None
     token_times: bool  # `--token-times`: the run stored every chunk (chunk_times)
+    workers: int  # `--workers`: the load processes each level was split across
     warnings: list[str]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -77,6 +78,13 @@ async def _stoppable(coro: Coroutine[Any, Any, T]) -> T:
         for signum, handler in previous.items():
             if handler is not None:  # None: set outside Python, nothing to restore
                 signal.signal(signum, handler)
+
+
+async def until_ns(deadline_ns: int) -> None:
+    """Sleep until the monotonic clock (perf_counter_ns) reads `deadline_ns`: a loop, as the
+    event loop's timers may fire up to a millisecond early."""
+    while (delay := (deadline_ns - time.perf_counter_ns()) / 1e9) > 0:
+        await asyncio.sleep(delay)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

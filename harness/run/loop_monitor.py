@@ -1,7 +1,8 @@
 """A timer on the timing loop that measures how late it fires, the process's CPU share, the
 time the loop's thread waited for a CPU (the kernel's run-queue wait, /proc/thread-self/
-schedstat), and the received bytes waiting unread in the sockets (harness.results.client_check
-judges them).
+schedstat), the received bytes waiting unread in the sockets, and how long each request's first
+token waited in its socket before the loop read it (the client's TCP_INFO reads, harness.wire.
+client) (harness.results.client_check judges them).
 
 One callback every `interval_s` (20 ms: 50 a second, ~0.15 ms of CPU each on an idle 2-core VM,
 most of it the wake-up itself, so ~0.7 % of a core; a busy loop is awake anyway); the sockets are
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.results.client_check import ClientCheck, check
+from harness.wire.client import FIRST_READ_LAGS_MS
 
 SCHEDSTAT = Path("/proc/thread-self/schedstat")
 
@@ -41,6 +43,7 @@ class LoopMonitor:
 
     def start(self) -> None:
         """In the loop's thread: its run-queue wait is the thread's own."""
+        FIRST_READ_LAGS_MS.clear()
         self._lags_ms, self._unread, self._ticks = [], [], 0
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
         self._wait0 = run_queue_wait_ns()
@@ -64,8 +67,10 @@ class LoopMonitor:
             self._handle = None
         wait = run_queue_wait_ns()
         waited = None if wait is None or self._wait0 is None else (wait - self._wait0) / 1e9
+        reads = FIRST_READ_LAGS_MS[:]
+        FIRST_READ_LAGS_MS.clear()
         return check(self._lags_ms, time.process_time() - self._cpu0,
-                     time.perf_counter() - self._wall0, self._unread, waited)
+                     time.perf_counter() - self._wall0, self._unread, waited, reads)
 
 
 def run_queue_wait_ns() -> int | None:

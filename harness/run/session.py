@@ -23,6 +23,7 @@ from harness.config import ConfigError, RunConfig, StoredRun, check_run_id
 from harness.records import RequestRecord
 from harness.results import spill
 from harness.results.client_check import describe as describe_client
+from harness.results.client_check import worst
 from harness.results.metrics import (
     LevelStats,
     Targets,
@@ -42,6 +43,7 @@ from harness.run.modes.base import Ledger, Level, LevelOutcome, LoadMode, Pass, 
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
 from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
+from harness.run.workers import WorkerDied, WorkerSender
 from harness.run.workload import Calibration, TokenLine, calibrate, payload
 from harness.run.writer import BackgroundWriter, WriterError
 from harness.wire import target
@@ -205,7 +207,9 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
     writer = BackgroundWriter(store, run_id, lambda rows: progress.notice(
         f"the results writer process died: restarted it, and sent the {rows} rows it had not "
         "stored again"), token_times=config.token_times)
-    passes = Passes(config, mode, ledger, sweep, mode.sender(sweep), writer,
+    sender = (WorkerSender(sweep, config.workers, config.keep_going, progress.notice)
+              if config.workers > 1 else mode.sender(sweep))
+    passes = Passes(config, mode, ledger, sweep, sender, writer,
                     Scraper(endpoint) if config.server_metrics else None,
                     LoopMonitor(sweep.pool.unread_bytes), progress, prompts.calibrated)
     try:
@@ -223,7 +227,7 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
                            "interrupted by the user")
         report.notes.extend(note for note in (kept, unmarked) if note)
         raise
-    except (WriterError, StoreError, ServerStoppedAnswering) as exc:
+    except (WriterError, StoreError, ServerStoppedAnswering, WorkerDied) as exc:
         kept = _keep_unwritten(writer, store, run_id)
         _finish(store, run_id, "failed", str(exc))
         raise RunFailed(f"{exc}{'; ' + kept if kept else ''}") from None
@@ -335,10 +339,11 @@ class Passes:
         before = await target.fetch_stats(endpoint)
         for note in await self.scraper.start() if self.scraper else []:
             progress.message(note)
+        await self.sender.warm(p)  # before its clock and the loop's monitor
         progress.start_level(p.level.concurrency, p.requests)
         self.monitor.start()
         outcome = await self.sender.run_pass(p, self.commit, progress.advance)
-        outcome.client = self.monitor.stop()
+        outcome.client = worst([self.monitor.stop(), *outcome.worker_checks])
         rows, notes = await self.scraper.stop() if self.scraper else ([], [])
         await self.writer.flush()
         stats = level_stats(p.level.concurrency, outcome.records, self.config.output_tokens,

@@ -22,11 +22,12 @@ import json
 import os
 import socket
 import ssl
+import struct
 import termios
 import time
 import weakref
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from harness.records import RequestRecord
 from harness.wire.completion_stream import CompletionStream, StreamFault
@@ -41,6 +42,14 @@ _DRAIN_S = 1.0  # a body may go on this long past its stream's [DONE] before it 
 # how OpenSSL names a handshake answered by bytes that are no TLS record (plain HTTP, say)
 _NOT_TLS_REASONS = {"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE",
                     "UNKNOWN_PROTOCOL", "HTTP_REQUEST"}
+# struct tcp_info: 8 bytes of flags, then u32s of which tcpi_last_data_recv (ms since the
+# connection last received data, in ticks of the kernel's clock) is the twelfth
+_TCP_INFO_BYTES = 104
+_LAST_DATA_RECV = struct.Struct("I")
+_LAST_DATA_RECV_AT = 8 + 11 * 4
+# this process's first reads: how long the bytes of each request's first token had been in
+# its socket when the loop read them (the kernel's clock; LoopMonitor takes them per level)
+FIRST_READ_LAGS_MS: list[int] = []
 
 
 class Clock:
@@ -133,6 +142,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.pooled = False  # it waited idle in a pool, where the server may have closed it
         self.fd = -1
+        self.sock: Any = None  # the transport's socket (asyncio's wrapper)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
@@ -140,6 +150,20 @@ class _Connection(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.fd = sock.fileno()
+            self.sock = sock
+
+    def _first_read(self) -> None:
+        """How long the first token's bytes waited in the socket before this read: the
+        kernel's time since the connection last received data (TCP_INFO), kept for the
+        level's self-check (a loop busy with other streams reads them late)."""
+        if self.sock is None:
+            return
+        try:
+            info = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+        except OSError:
+            return
+        if len(info) >= _LAST_DATA_RECV_AT + 4:
+            FIRST_READ_LAGS_MS.append(_LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_AT)[0])
 
     def unread_bytes(self) -> int:
         """Bytes the kernel holds for this connection that the loop has not read yet."""
@@ -179,11 +203,14 @@ class _Connection(asyncio.Protocol):
             if body:
                 if ex.events:
                     if not ex.done_ns:  # past [DONE] the body is only read to its end
+                        first = ex.stream.chunks == 0
                         for payload in ex.sse.feed(body):
                             ex.stream.add(payload, now_ns)
                             if ex.stream.saw_done:
                                 ex.done_ns = now_ns
                                 break
+                        if first and ex.stream.chunks:
+                            self._first_read()
                 else:
                     ex.body += body[: ex.body_limit - len(ex.body)]
         except ProtocolError as exc:

@@ -1,11 +1,13 @@
 """A stop always stops: SIGTERM, Ctrl-C and a closed terminal's SIGHUP at random moments of a
-run, 20 of each, and 20 stops during calibration.
+run (one with its load split across worker processes among them), 20 of each, and 20 stops
+during calibration.
 
 Marked `faults`: runs under `make test-faults` (about four minutes), which `.ci/run` calls;
 `make test` leaves it out. Each stop lands anywhere from start-up (once engram-bench's
 first handlers are in: a signal that comes while the interpreter starts takes its default
 action) through calibration, a closed level, a users lead-in or a rate schedule, and must end
-the process within 5 s with 128 + the signal and no traceback: the run aborted (and said so)
+the process within 5 s with 128 + the signal and no traceback, none of its processes left:
+the run aborted (and said so)
 with no row stored as ok that the stop cut short, or, stopped before the run was stored,
 "nothing stored" said. A SIGHUP goes to the run's whole process group, as a closed
 terminal's does.
@@ -27,7 +29,7 @@ import pytest
 
 from harness.results.store import Store
 from runners.lifecycle import free_port
-from tests.helpers import ROOT, wait_for_port
+from tests.helpers import ROOT, group_alive, wait_for_port
 
 pytestmark = pytest.mark.faults
 
@@ -38,6 +40,7 @@ SWEEPS = (  # each runs far longer than the latest stop
     ("--mode", "users", "--levels", "8", "--rounds", "40", "--think-time", "0.1"),
     ("--mode", "rate", "--rates", "40", "--duration", "30"),
     ("--levels", "2,8", "--rounds", "40", "--repeat", "2"),
+    ("--levels", "4,16", "--rounds", "60", "--workers", "2"),
 )
 
 
@@ -105,6 +108,11 @@ def _stop_once(url: str, db: Path, sweep: tuple[str, ...], signum: int,
     took = time.monotonic() - t0
     if took > 5:
         return f"took {took:.1f} s to stop", took
+    gone_by = time.monotonic() + 2  # its load workers, writer and bar, the tracker
+    while (left := group_alive(proc.pid)) and time.monotonic() < gone_by:
+        time.sleep(0.05)
+    if left:
+        return f"processes of the run left running 2 s after it ended: {left}", took
     if proc.returncode != 128 + signum:
         return f"exit {proc.returncode}: {err[-500:]}", took
     if "Traceback" in err:

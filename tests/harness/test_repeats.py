@@ -42,8 +42,8 @@ def test_repeats_are_stored_interleaved_per_level(sweep):
     for c in (1, 2):
         assert [r[1] for r in rows if r[0] == c] == sorted(r[1] for r in rows if r[0] == c)
         assert {r[1] for r in rows if r[0] == c} == {0, 1, 2}
-    assert store.done_clusters(RUN_ID) == {(c, p, r) for c in (1, 2) for p in range(3)
-                                          for r in range(2)}
+    assert store.done_clusters(RUN_ID) == {(c, p, r): c for c in (1, 2) for p in range(3)
+                                          for r in range(2)}  # each round's C requests
 
 
 def test_every_pass_of_a_level_keeps_the_servers_figures(sweep):
@@ -161,7 +161,7 @@ def test_a_database_from_before_repeats_is_migrated_as_one_repeat(tmp_path):
         con.execute("DROP INDEX requests_unique_id")
         con.execute("ALTER TABLE requests DROP COLUMN repeat")
     fresh = Store(db)
-    assert fresh.done_clusters("old") == {(1, 0, 0), (1, 0, 1)}
+    assert fresh.done_clusters("old") == {(1, 0, 0): 1, (1, 0, 1): 1}
     assert {r.repeat for r in fresh.requests("old")} == {0}
     with fresh.read_only() as con:
         assert con.execute("SELECT count(*) FROM requests WHERE repeat IS NULL").fetchone() == (2,)

@@ -112,8 +112,9 @@ CREATE TABLE IF NOT EXISTS chunk_times (
     tokens INTEGER
 );
 -- each pass of a level: was the harness the limit? its timing loop's lag (how late a 20 ms
--- timer fired), its CPU seconds per second, and the received bytes left unread in its sockets
--- (harness.results.client_check)
+-- timer fired), its CPU seconds per second, the received bytes left unread in its sockets and
+-- how late it read first tokens (harness.results.client_check); with `--workers`, each figure
+-- the worst of its processes
 CREATE TABLE IF NOT EXISTS client_checks (
     run_id VARCHAR,
     concurrency INTEGER,
@@ -125,7 +126,10 @@ CREATE TABLE IF NOT EXISTS client_checks (
     cpu_share DOUBLE,
     unread_bytes_max BIGINT,
     client_bound BOOLEAN,
-    cpu_wait_share DOUBLE  -- the loop's thread runnable without a CPU, per wall second
+    cpu_wait_share DOUBLE,  -- the loop's thread runnable without a CPU, per wall second
+    -- how long each request's first token had been in its socket when the loop read it, the
+    -- mean over the pass (the kernel's TCP_INFO; `--workers`: the slowest process's mean)
+    read_lag_mean_ms DOUBLE
 );
 -- users mode, per pass of a level: the mean think Z its stored thinks were drawn around
 -- (harness.run.think), how thinks spread around it, the unstored requests before them, and

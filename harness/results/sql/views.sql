@@ -41,6 +41,7 @@ WITH spans AS (
     FROM itl_cum GROUP BY run_id, concurrency, rate
 ), client AS (  -- the worst pass of each level
     SELECT run_id, concurrency, rate, max(loop_lag_p99_ms) AS loop_lag_p99_ms,
+        max(read_lag_mean_ms) AS read_lag_mean_ms,
         max(cpu_share) AS client_cpu_share, bool_or(client_bound) AS client_bound
     FROM client_checks GROUP BY run_id, concurrency, rate
 )
@@ -101,6 +102,7 @@ SELECT
                  + sum(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL)) END
         AS duty_cycle,
     any_value(client.loop_lag_p99_ms) AS loop_lag_p99_ms,
+    any_value(client.read_lag_mean_ms) AS read_lag_mean_ms,
     any_value(client.client_cpu_share) AS client_cpu_share,
     any_value(client.client_bound) AS client_bound
 FROM q JOIN runs USING (run_id)

@@ -46,6 +46,10 @@ def check(config: RunConfig) -> RunConfig:
             mode.check(config)
         else:
             mode.refuse_outside(config)
+    if config.workers > 1 and not chosen.splits:
+        splits = ", ".join(name for name, mode in MODES.items() if mode.splits)
+        raise ConfigError(f"--workers splits the levels of modes {splits}: --mode "
+                          f"{config.mode}'s run in one process")
     return config
 
 

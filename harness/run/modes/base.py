@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from harness.config import ConfigError, RunConfig
@@ -17,6 +17,7 @@ from harness.results.client_check import ClientCheck
 from harness.results.metrics import LEVEL_KEYS, LevelStats, Targets
 from harness.results.report import search_plan
 from harness.results.store import Store
+from harness.run import aio
 from harness.run.prompts import Prompts
 from harness.run.trace import lengths
 
@@ -40,8 +41,23 @@ class Level:
 
 
 @dataclass(frozen=True, slots=True)
+class Share:
+    """A worker process's part of a pass (`run --workers N`, harness.run.workers): every
+    `count`-th stream or request from `index` on, sent from `start_ns`, the pass's one start
+    on the system's monotonic clock (which every process reads alike)."""
+
+    index: int
+    count: int
+    start_ns: int = 0
+
+    def of(self, n: int) -> range:
+        """Its streams (or requests) of the pass's `n`."""
+        return range(self.index, n, self.count)
+
+
+@dataclass(frozen=True, slots=True)
 class Pass:
-    """One pass of a level that the run still owes."""
+    """One pass of a level that the run still owes (`share`: a worker's part of it)."""
 
     level: Level
     repeat: int = 0
@@ -50,6 +66,16 @@ class Pass:
     redo: tuple[int, ...] = ()  # ... of which these were stored in part: deleted first
     first_round: int = 0  # users: a resumed pass numbers its rounds on from here
     stored_before: int = 0  # users: the requests the pass had stored
+    share: Share | None = None
+
+    def streams(self, n: int) -> Sequence[int]:
+        """Of `n` streams (or requests), those this process sends: all, or its share."""
+        return self.share.of(n) if self.share else range(n)
+
+    async def started(self) -> None:
+        """A share waits for the pass's common start; a whole pass starts now."""
+        if self.share:
+            await aio.until_ns(self.share.start_ns)
 
 
 @dataclass(slots=True)
@@ -66,6 +92,7 @@ class LevelOutcome:
     lead_in: int = 0  # users mode: unstored requests before the first stored one
     lead_in_settled: bool = True  # ... paced within tolerance of the target duty, not capped
     lead_in_duty: float | None = None  # ... the duty its last cycle of them was paced at
+    worker_checks: list[ClientCheck] = field(default_factory=list)  # `--workers`: each one's
 
     @property
     def chunks(self) -> int:
@@ -80,7 +107,7 @@ class Ledger:
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
-        self.done = store.done_clusters(run_id)  # (level, repeat, round) stored whole
+        self.done = store.done_clusters(run_id)  # (level, repeat, round): requests stored
 
     def stored(self, c: int, repeat: int) -> tuple[int, int | None]:
         """A users pass's stored requests and its last stored round."""
@@ -93,7 +120,10 @@ class Ledger:
 
 
 class Sender(Protocol):
-    """Sends the passes of one run; `stop` leaves nothing of it sending."""
+    """Sends the passes of one run: `warm` opens a pass's connections (before its clock and
+    its loop monitor start), `run_pass` sends it; `stop` leaves nothing of it sending."""
+
+    async def warm(self, p: Pass) -> None: ...
 
     async def run_pass(self, p: Pass, commit: Commit, on_record: OnRecord) -> LevelOutcome: ...
 
@@ -107,6 +137,7 @@ class LoadMode:
     name: ClassVar[str]
     help: ClassVar[str]  # its part of --mode's help
     max_name: ClassVar[str] = "Max C"
+    splits: ClassVar[bool] = False  # its passes can be split across worker processes (Share)
     # (flag, RunConfig field) of its flags stored under another name, for --resume to compare
     stored_as: ClassVar[tuple[tuple[str, str], ...]] = ()
 

@@ -14,11 +14,14 @@ from harness.run.sweep import Sweep, all_or_none
 class Closed(RoundsMode):
     name = "closed"
     help = "closed: C workers back to back"
+    splits = True
 
     async def send(self, sweep: Sweep, c: int, rounds: Sequence[int], commit: Commit,
-                   on_record: OnRecord, repeat: int = 0) -> list[RequestRecord]:
-        """Closed workers: each sends its rounds back to back; a round is committed once its
-        C requests have ended, whichever worker was last."""
+                   on_record: OnRecord, repeat: int = 0,
+                   streams: Sequence[int] | None = None) -> list[RequestRecord]:
+        """Closed workers (`streams` of them, all C by default): each sends its rounds back
+        to back; a round is committed once its requests have ended, whichever was last."""
+        workers = range(c) if streams is None else streams
         pending: dict[int, list[RequestRecord]] = {r: [] for r in rounds}
         done: list[RequestRecord] = []
 
@@ -29,11 +32,11 @@ class Closed(RoundsMode):
                 on_record(record)
                 bucket = pending[rnd]
                 bucket.append(record)
-                if len(bucket) == c:
+                if len(bucket) == len(workers):
                     commit(sorted(pending.pop(rnd), key=lambda r: r.worker))
                     done.extend(bucket)
 
-        await all_or_none([worker(w) for w in range(c)])
+        await all_or_none([worker(w) for w in workers])
         return done
 
 

@@ -24,6 +24,7 @@ from harness.config import (
 )
 from harness.records import RequestRecord
 from harness.results.metrics import LevelStats
+from harness.run import aio
 from harness.run.arrivals import check_rate_levels, schedule
 from harness.run.modes import base
 from harness.run.modes.flags import parsed_by
@@ -46,21 +47,30 @@ class RateSender:
     def __init__(self, sweep: Sweep) -> None:
         self.sweep = sweep
 
+    async def warm(self, p: base.Pass) -> None:
+        """About a second of this process's requests in flight."""
+        rate = p.level.rate
+        assert rate is not None
+        share = p.share.count if p.share else 1
+        sends = len(p.streams(len(self.sweep.schedule(rate))))
+        await self.sweep.pool.warm(min(sends, math.ceil(rate / share)))
+
     async def run_pass(self, p: base.Pass, commit: base.Commit,
                        on_record: base.OnRecord) -> base.LevelOutcome:
         sweep, rate = self.sweep, p.level.rate
         assert rate is not None
-        offsets = sweep.schedule(rate)
-        prepared = [sweep.rate_request(rate, k) for k in range(len(offsets))]  # off the clock
-        await sweep.pool.warm(min(len(offsets), math.ceil(rate)))  # ~1 s of requests in flight
+        schedule = sweep.schedule(rate)
+        mine = p.streams(len(schedule))
+        offsets = [schedule[k] for k in mine]
+        prepared = [sweep.rate_request(rate, k) for k in mine]  # off the clock
+        await p.started()
         cpu0 = time.process_time()
         tasks: list[asyncio.Task[RequestRecord]] = []
-        start_ns = time.perf_counter_ns()
+        start_ns = p.share.start_ns if p.share else time.perf_counter_ns()
         for offset, (request, record) in zip(offsets, prepared, strict=True):
-            # a loop until due: the event loop's timers may fire up to 1 ms early
-            while (delay := offset - (time.perf_counter_ns() - start_ns) / 1e9) > 0:
-                await asyncio.sleep(delay)
-            record.scheduled_at = sweep.clock.wall(start_ns + round(offset * 1e9))
+            due_ns = start_ns + round(offset * 1e9)
+            await aio.until_ns(due_ns)
+            record.scheduled_at = sweep.clock.wall(due_ns)
             task = asyncio.create_task(stream_completion(
                 sweep.pool, request, record, sweep.clock, sweep.config.request_timeout_s,
                 sweep.config.stall_timeout_s))
@@ -76,6 +86,7 @@ class RateSender:
 
 class Rate(base.LoadMode):
     name = "rate"
+    splits = True
     help = "rate: open loop at each of --rates"
     stored_as = (("duration", "duration_s"),)
 

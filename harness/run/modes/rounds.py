@@ -38,12 +38,13 @@ class RoundsMode(base.LoadMode):
 
     def owed(self, config: RunConfig, level: base.Level,
              ledger: base.Ledger) -> list[base.Pass]:
-        """Each repeat's missing rounds; a conversation begun but not ended is sent again
-        from its first turn (its stored rounds deleted first)."""
+        """Each repeat's missing rounds; a round stored in part (a worker process died), or a
+        conversation begun but not ended, is sent again whole (its stored rows deleted
+        first)."""
         c, passes = level.concurrency, []
         for repeat in range(config.repeat):
             rounds = todo(config, [r for r in range(config.rounds)
-                                   if (c, repeat, r) not in ledger.done])
+                                   if ledger.done.get((c, repeat, r), 0) < c])
             redo = tuple(r for r in rounds if (c, repeat, r) in ledger.done)
             if rounds:
                 passes.append(base.Pass(level, repeat, c * len(rounds), tuple(rounds), redo))
@@ -57,8 +58,10 @@ class RoundsMode(base.LoadMode):
         raise NotImplementedError
 
     async def send(self, sweep: Sweep, c: int, rounds: Sequence[int], commit: base.Commit,
-                   on_record: base.OnRecord, repeat: int = 0) -> list[RequestRecord]:
-        """A pass's rounds, one at a time, each committed once its C requests have ended."""
+                   on_record: base.OnRecord, repeat: int = 0,
+                   streams: Sequence[int] | None = None) -> list[RequestRecord]:
+        """A pass's rounds, one at a time, each committed once its C requests have ended
+        (`streams`: of its C workers, these only; a mode that splits overrides this)."""
         done: list[RequestRecord] = []
         conversations = [sweep.conversation() for _ in range(c)]
         for rnd in rounds:
@@ -75,17 +78,21 @@ class RoundsMode(base.LoadMode):
 
 @dataclass(slots=True)
 class RoundsSender:
-    """Sends a pass's rounds with the connections open before the clock starts."""
+    """Sends a pass's rounds with the connections opened before the clock starts."""
 
     sweep: Sweep
     mode: RoundsMode
 
+    async def warm(self, p: base.Pass) -> None:
+        await self.sweep.pool.warm(len(p.streams(p.level.concurrency)))
+
     async def run_pass(self, p: base.Pass, commit: base.Commit,
                        on_record: base.OnRecord) -> base.LevelOutcome:
         c = p.level.concurrency
-        await self.sweep.pool.warm(c)
+        await p.started()
         cpu0 = time.process_time()
-        records = await self.mode.send(self.sweep, c, p.rounds, commit, on_record, p.repeat)
+        records = await self.mode.send(self.sweep, c, p.rounds, commit, on_record, p.repeat,
+                                       p.streams(c) if p.share else None)
         self.sweep.remember_latency(records)
         return base.LevelOutcome(c, records, time.process_time() - cpu0)
 

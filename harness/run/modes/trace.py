@@ -38,10 +38,12 @@ from harness.config import (
 from harness.records import RequestRecord
 from harness.results.metrics import LevelStats, Targets, judge, point, stats_by_level
 from harness.results.search import MAX_SPEEDUP, plan_speedup
+from harness.run import aio
 from harness.run.modes import base
 from harness.run.prompts import Prompts
 from harness.run.sweep import all_or_none
 from harness.run.trace import lengths, source
+from harness.run.trace.blocks import corpus_words
 from harness.run.trace.formats import FORMATS, TraceError
 from harness.run.trace.prompts import TraceBlocks, TraceTexts
 from harness.run.trace.requests import PassRequests, Shaped, count_over, shaped, units
@@ -203,6 +205,7 @@ def _name(stats: LevelStats) -> str:
 
 class Timed(_Replay):
     name = "trace"
+    splits = True
     help = "trace: a trace's requests on its own clock, --speedup times as fast (--trace)"
     max_name = "sustained speedup"
     stored_as = (("speedup", "speedups"), ("trace_start", "trace_start_s"),
@@ -361,6 +364,7 @@ def _verdicts(records: Sequence[RequestRecord], config: RunConfig,
 
 class Closed(_Replay):
     name = "trace-closed"
+    splits = True
     help = "trace-closed: a trace's requests in order at concurrency levels (--trace)"
 
     def check(self, config: RunConfig) -> None:
@@ -399,6 +403,12 @@ CLOSED = Closed()
 NAMES = (TIMED.name, CLOSED.name)
 
 
+def _prepared(config: RunConfig) -> None:
+    """What every pass of this process builds its requests from, read before a pass's clock."""
+    _shapes(config)
+    corpus_words()
+
+
 def _pass_requests(sweep: Sweep, epoch: str) -> PassRequests:
     config = sweep.config
     line = sweep.line or UNCOUNTED
@@ -414,6 +424,15 @@ class TimedReplay:
     def __init__(self, sweep: Sweep) -> None:
         self.sweep = sweep
 
+    async def warm(self, p: base.Pass) -> None:
+        """About a second of this process's requests in flight; the trace's lengths and the
+        blocks' corpus read (a new load process would read them on the clock)."""
+        assert p.level.rate is not None
+        _prepared(self.sweep.config)
+        share = p.share.count if p.share else 1
+        sends = len(p.streams(len(units(trace_of(self.sweep.config)))))
+        await self.sweep.pool.warm(min(sends, max(1, math.ceil(p.level.rate / share))))
+
     async def run_pass(self, p: base.Pass, commit: base.Commit,
                        on_record: base.OnRecord) -> base.LevelOutcome:
         sweep, level = self.sweep, p.level
@@ -421,12 +440,11 @@ class TimedReplay:
         assert speedup is not None and rate is not None
         trace = trace_of(sweep.config)
         requests = _pass_requests(sweep, f"x{speedup:g}")
-        groups = units(trace)
-        await sweep.pool.warm(min(len(groups), max(1, math.ceil(rate))))  # ~1 s in flight
-        cpu0 = time.process_time()
+        every = units(trace)
+        groups = [every[k] for k in p.streams(len(every))]
         done: list[RequestRecord] = []
         tasks: list[asyncio.Task[None]] = []
-        start_ns = time.perf_counter_ns()
+        start_ns = 0
 
         def due_ns(index: int) -> int:
             return start_ns + round((trace.requests[index].arrival_s or 0.0) / speedup * 1e9)
@@ -442,8 +460,7 @@ class TimedReplay:
         async def send(prepared: tuple[bytes, RequestRecord, str], at_ns: int,
                        keep_text: bool) -> str:
             request, record, _ = prepared
-            while (delay := (at_ns - time.perf_counter_ns()) / 1e9) > 0:
-                await asyncio.sleep(delay)  # timers may fire up to 1 ms early
+            await aio.until_ns(at_ns)
             record.scheduled_at = sweep.clock.wall(at_ns)
             cfg = sweep.config
             await stream_completion(sweep.pool, request, record, sweep.clock,
@@ -460,13 +477,14 @@ class TimedReplay:
                 answer = await send(prepared, max(due_ns(index), time.perf_counter_ns()), more)
                 history.append((prepared[2], answer))
 
+        nxt = prepare(groups[0][0], ()) if groups else None  # off the clock
+        await p.started()
+        cpu0 = time.process_time()
+        start_ns = p.share.start_ns if p.share else time.perf_counter_ns()
         try:
-            nxt = prepare(groups[0][0], ()) if groups else None
             for k, unit in enumerate(groups):
                 assert nxt is not None
-                at = due_ns(unit[0])
-                while (delay := (at - time.perf_counter_ns()) / 1e9) > 0:
-                    await asyncio.sleep(delay)
+                await aio.until_ns(due_ns(unit[0]))
                 tasks.append(asyncio.create_task(session(unit, nxt)))
                 nxt = prepare(groups[k + 1][0], ()) if k + 1 < len(groups) else None
             await asyncio.gather(*tasks)
@@ -490,17 +508,23 @@ class ClosedReplay:
     def __init__(self, sweep: Sweep) -> None:
         self.sweep = sweep
 
+    async def warm(self, p: base.Pass) -> None:
+        _prepared(self.sweep.config)
+        await self.sweep.pool.warm(len(p.streams(p.level.concurrency)))
+
     async def run_pass(self, p: base.Pass, commit: base.Commit,
                        on_record: base.OnRecord) -> base.LevelOutcome:
+        """A share takes every count-th owed session, with its part of the C workers."""
         sweep, cfg = self.sweep, self.sweep.config
         c, repeat = p.level.concurrency, p.repeat
         owed = set(p.rounds)
-        todo = iter([u for u in units(trace_of(cfg)) if u[0] in owed])
+        sessions = [u for u in units(trace_of(cfg)) if u[0] in owed]
+        todo = iter([sessions[k] for k in p.streams(len(sessions))])
         requests = _pass_requests(sweep, f"c{c}-p{repeat}")
         passes = f"-p{repeat}" if cfg.repeat > 1 else ""
         done: list[RequestRecord] = []
         batch: list[RequestRecord] = []
-        await sweep.pool.warm(c)
+        await p.started()
         cpu0 = time.process_time()
 
         async def worker(w: int) -> None:
@@ -524,7 +548,7 @@ class ClosedReplay:
                     commit(batch[:])
                     batch.clear()
 
-        await all_or_none([worker(w) for w in range(c)])
+        await all_or_none([worker(w) for w in p.streams(c)])
         if batch:
             done.extend(batch)
             commit(batch)

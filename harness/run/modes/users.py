@@ -180,13 +180,15 @@ class Crowd:
         self._level: _UsersLevel | None = None  # the level the users send for
         self._unstored_sent = 0
 
+    async def warm(self, p: base.Pass) -> None:
+        await self.sweep.pool.warm(p.level.concurrency)
+
     async def run_pass(self, p: base.Pass, commit: base.Commit,
                        on_record: base.OnRecord) -> base.LevelOutcome:
         """One pass of U users storing `p.requests` requests (a resumed pass: the ones its
         `stored_before` left; their rounds number on from `first_round`). The users of the
         pass before carry on into this one."""
         sweep, c = self.sweep, p.level.concurrency
-        await sweep.pool.warm(c)
         cpu0 = time.process_time()
         if not sweep.typical_latency_s:  # a run's first level: one request alone sizes it
             alone = await self._unstored(c, c, 0, "-lead")  # worker c: no user's

@@ -1,0 +1,126 @@
+"""`run --workers N`: a level's load split across worker processes, checked on the fake
+server's own log: every request stored once and timed as the server saw it; a worker killed
+mid-level fails the run with a sentence and keeps what was measured, and the resume completes
+it; flags that cannot work are one sentence."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.results.store import Store
+from tests.helpers import ROOT, group_alive, run_cli, stored_rows, wait_while_running
+
+
+def _server_ttft(url: str) -> dict[str, float]:
+    return {t["request_id"]: (t["first_write"] - t["body_read"]) * 1000
+            for t in httpx.get(url[:-3] + "/mock/timings").json() if t["first_write"]}
+
+
+def test_two_workers_store_every_request_once_timed_as_the_server_saw_it(mock_process,
+                                                                        tmp_path):
+    """C=256 split across two processes: 512 requests, each (round, stream) stored once, their
+    TTFT never under the server's own and within 5 ms of it on average once the level runs.
+    The first round's 256 requests reach the server at once, and it logs each from when it
+    read it: the wait in its socket is in the harness's TTFT (as a user's), not in its log, so
+    that round is held only to never reading less."""
+    url = mock_process("--ttft-ms", "150", "--ttft-jitter-ms", "200", "--itl-ms", "40",
+                       "--tokens-per-chunk", "8")
+    db = tmp_path / "b.duckdb"
+    done = run_cli("run", "--url", url, "--levels", "256", "--rounds", "2", "--workers", "2",
+                   "--output-tokens", "8", "--input-tokens", "16", "--db", str(db), "--json",
+                   "--no-progress", timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["workers"] == 2 and summary["levels"][0]["requests"] == 512
+    records = Store(db).requests(summary["run_id"])
+    assert sorted((r.round, r.worker) for r in records) == [
+        (rnd, w) for rnd in range(2) for w in range(256)]
+    assert all(r.ok for r in records)
+    server = _server_ttft(url)
+    bias = {r.request_id: r.ttft_ms - server[r.request_id] for r in records}
+    assert min(bias.values()) >= 0, min(bias.values())
+    running = [bias[r.request_id] for r in records if r.round > 0]
+    assert sum(running) / len(running) <= 5.0, sum(running) / len(running)
+    plain = run_cli("summary", "--db", str(db))
+    assert "2 load processes" in plain.stdout
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """The run's load workers: its spawned children holding TCP connections (the results
+    writer holds none)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[1]) != parent:
+                continue
+            sockets = sum(1 for fd in (entry / "fd").iterdir()
+                          if os.readlink(fd).startswith("socket:"))
+        except (OSError, IndexError, ValueError):
+            continue
+        if sockets >= 4:
+            out.append(int(entry.name))
+    return out
+
+
+def test_a_killed_worker_fails_the_run_in_one_sentence_and_resume_completes_it(
+        mock_process, tmp_path):
+    url = mock_process("--ttft-ms", "20", "--itl-ms", "5")
+    db = tmp_path / "b.duckdb"
+    args = ("run", "--url", url, "--levels", "8", "--rounds", "40", "--workers", "2",
+            "--output-tokens", "16", "--input-tokens", "16", "--db", str(db), "--no-progress")
+    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_while_running(lambda: stored_rows(db) >= 16, proc, "two rounds stored")
+    victims = _worker_pids(proc.pid)
+    assert len(victims) == 2, victims
+    os.kill(victims[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "died (exit code -9) at C=8" in err and "Traceback" not in err
+    assert "measured requests are stored" in err
+    run = Store(db).runs()[0]
+    assert run.status == "failed"
+    kept = stored_rows(db)
+    assert 16 <= kept < 320
+    time.sleep(0.5)
+    assert not group_alive(proc.pid), "a process of the failed run is left"
+    again = run_cli("run", "--resume", run.run_id, "--url", url, "--db", str(db), "--json",
+                    "--no-progress", timeout=300)
+    assert again.returncode == 0, again.stderr
+    records = Store(db).requests(run.run_id)
+    assert sorted((r.round, r.worker) for r in records) == [
+        (rnd, w) for rnd in range(40) for w in range(8)]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--workers", "0"), "--workers: must be a positive integer or auto, not '0'"),
+    (("--workers", "-2"), "--workers: must be a positive integer or auto"),
+    (("--workers", "3", "--levels", "1,2"), "--workers 3 is more than the highest level's 2"),
+    (("--workers", "100000"), "--workers must be from 1 to"),
+    (("--workers", "2", "--mode", "users", "--levels", "4"),
+     "--workers splits the levels of modes closed, rate, trace, trace-closed"),
+])
+def test_workers_that_cannot_work_are_one_sentence(tmp_path, flags, message):
+    done = run_cli("run", "--url", "http://127.0.0.1:9/v1", *flags, "--db",
+                   str(tmp_path / "b.duckdb"))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_auto_picks_by_the_highest_level_and_says_so(tmp_path):
+    done = run_cli("run", "--url", "http://127.0.0.1:9/v1", "--levels", "1,2",
+                   "--workers", "auto", "--db", str(tmp_path / "b.duckdb"))
+    assert "--workers auto: 1 load process (C up to 2, one per 256" in done.stderr
