@@ -1,0 +1,133 @@
+"""Past one event loop: C = 512, 1024 and 2048 closed streams with one load process and with
+`--workers auto`, the arms interleaved level by level, against fake servers that share one
+port (`--reuse-port`, one process per CPU, each logging its own timing at a control port).
+
+Per row: the TTFT bias (the harness's TTFT minus the server's own, from the logs), the TPS
+error against the server's, the harness's CPU per streamed chunk (every load process and the
+main one, over the level), and its self-check: the loop lag p50/p99 of the worst process, how
+late its first tokens were read (the kernel's TCP_INFO), and whether the level was flagged
+client-bound. Part of `make bench-harness`.
+
+    .venv/bin/python -m benchmarks.high_concurrency [--levels 512,1024,2048] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+from statistics import fmean
+
+from harness.config import RunConfig
+from harness.results.store import Store
+from harness.run import aio
+from harness.run.progress import LevelProgress
+from harness.run.session import execute, new_run_id
+from harness.run.workers import auto
+from harness.wire.endpoint import Endpoint
+from runners.lifecycle import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "mock-model"
+
+
+def start_servers(count: int, flags: tuple[str, ...]) -> tuple[list[subprocess.Popen], str,
+                                                                  list[int]]:
+    """`count` fake server processes on one port; their control ports."""
+    port, controls = free_port(), [free_port() for _ in range(count)]
+    procs = []
+    for control in controls:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.mock_server", "--port",
+                                 str(port), "--reuse-port", "--control-port", str(control),
+                                 *flags], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "listening on ..."
+        procs.append(proc)
+    return procs, f"http://127.0.0.1:{port}/v1", controls
+
+
+def server_log(controls: list[int]) -> dict[str, dict]:
+    """Every server process's log, by request id (each cleared as it is read)."""
+    log = {}
+    for control in controls:
+        with urllib.request.urlopen(f"http://127.0.0.1:{control}/mock/timings?clear=1") as r:
+            log.update({t["request_id"]: t for t in json.load(r)})
+    return log
+
+
+def level(url: str, c: int, workers: int, args: argparse.Namespace, db: Path,
+          controls: list[int]) -> dict:
+    config = RunConfig(url=url, model=MODEL, levels=(c,), max_concurrency=c, rounds=args.rounds,
+                       input_tokens=16, output_tokens=args.tokens, server_metrics=False,
+                       workers=workers)
+    store = Store(db)
+    store.initialise()
+    server_log(controls)  # calibration's requests left out
+    result = aio.run(execute(config, Endpoint(url), store,
+                             LevelProgress(enabled=False), new_run_id()))
+    outcome = result.outcomes[0]
+    log = server_log(controls)
+    bias, tps_err = [], []
+    for r in outcome.records:
+        t = log.get(r.request_id)
+        if r.ok and t and t["first_write"]:
+            bias.append(r.ttft_ms - (t["first_write"] - t["body_read"]) * 1000)
+            server_tps = t["tokens"] / (t["last_write"] - t["body_read"])
+            tps_err.append(abs((r.tps or 0) - server_tps) / server_tps)
+    check = outcome.client
+    assert check is not None
+    return {"c": c, "workers": workers, "requests": len(outcome.records),
+            "errors": sum(1 for r in outcome.records if not r.ok),
+            "bias": fmean(bias) if bias else None, "tps_err": fmean(tps_err) if tps_err else None,
+            "cpu_us": outcome.cpu_s / max(outcome.chunks, 1) * 1e6,
+            "lag_p50": check.loop_lag_p50_ms, "lag_p99": check.loop_lag_p99_ms,
+            "read_lag": check.read_lag_mean_ms, "flagged": check.client_bound}
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="512,1024,2048")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--itl-ms", type=float, default=40.0)
+    args = parser.parse_args()
+    cpus = os.cpu_count() or 1
+    procs, url, controls = start_servers(cpus, ("--ttft-ms", "100", "--itl-ms",
+                                                str(args.itl_ms)))
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for k, c in enumerate(int(x) for x in args.levels.split(",")):
+                many = auto(RunConfig(url=url, model=MODEL, levels=(c,), max_concurrency=c))[0]
+                arms = [1, many] if k % 2 == 0 else [many, 1]
+                for workers in arms:
+                    rows.append(level(url, c, workers, args, Path(tmp) / f"{c}-{workers}.duckdb",
+                                      controls))
+                    print(f"C={c} with {workers} load process(es) done", file=sys.stderr)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(5)
+    print(f"\n{cpus} CPUs; fake servers: {cpus} processes on one port, TTFT 100 ms, ITL "
+          f"{args.itl_ms:g} ms, {args.tokens} tokens; {args.rounds} rounds per level")
+    print("| C | load processes | requests | errors | TTFT bias ms | TPS error | CPU us/chunk "
+          "| loop lag p50 / p99 ms | first-token read lag ms | client-bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['c']} | {r['workers']} | {r['requests']} | {r['errors']} | "
+              f"{_cell(r['bias'], '+.2f')} | {_cell(r['tps_err'], '.2%')} | "
+              f"{r['cpu_us']:.1f} | {_cell(r['lag_p50'], '.2f')} / {_cell(r['lag_p99'], '.1f')} "
+              f"| {_cell(r['read_lag'], '.2f')} | {'yes' if r['flagged'] else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()
