@@ -9,6 +9,7 @@ CORE     := $(VENV)/.stamp-core
 EXPLORER := $(VENV)/.stamp-explorer
 SERVER   := $(VENV)/.stamp-server
 ALL      := $(VENV)/.stamp-all
+DISTRIBUTED := $(VENV)/.stamp-distributed
 
 DEVICE ?= spark
 # the server `bench` starts without URL: engram (the bundled Engram server) or vllm
@@ -53,7 +54,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-faults test-vllm lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-trace bench-peers bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-faults test-vllm test-distributed lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-trace bench-peers bench-explorer cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +73,10 @@ $(SERVER): $(CORE)
 
 $(ALL): $(SERVER) $(EXPLORER)
 	$(BIN)/python -m pip install -q -e '.[all]'
+	touch $@
+
+$(DISTRIBUTED): $(ALL)
+	$(BIN)/python -m pip install -q -e '.[distributed]'
 	touch $@
 
 venv: $(ALL)
@@ -105,6 +110,10 @@ test-faults: $(ALL)
 test-vllm: $(ALL)
 	$(BIN)/python -m runners.vllm.setup
 	$(BIN)/python -m pytest -m "vllm or not faults" tests/vllm
+
+# `run --ray` on a local Ray cluster of two nodes (installs Ray, the distributed extra; ~1 min).
+test-distributed: $(DISTRIBUTED)
+	$(BIN)/python -m pytest -m distributed tests/distributed
 
 # the key goes in the environment, not on the command line make echoes
 ifneq ($(API_KEY),)

@@ -12,8 +12,10 @@ import importlib.util
 EXTRAS = {
     "server": ("torch", "numpy", "safetensors", "tokenizers", "fastapi", "uvicorn"),
     "explorer": ("streamlit", "plotly", "pandas"),
+    "distributed": ("ray",),
 }
-USES = {"server": "the bundled Engram server", "explorer": "the explorer"}
+USES = {"server": "the bundled Engram server", "explorer": "the explorer",
+        "distributed": "--ray"}
 
 
 class MissingExtra(Exception):

@@ -182,6 +182,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="load processes each level's streams (or requests) are split "
                           "across, each its own event loop and connections; auto: one per 256 "
                           "streams of the highest level, at most one per CPU")
+    run.add_argument("--ray", metavar="HOST:PORT", default="",
+                     help="run the --workers as Ray actors spread over the nodes of the Ray "
+                          "cluster whose head is at HOST:PORT (`ray start --head` prints it; "
+                          "needs pip install 'engram-bench[distributed]' on every node); auto "
+                          "then counts the cluster's CPUs (default: processes of this host)")
     run.add_argument("--keep-going", action="store_true",
                      help="store a round in which no request could connect as errors and go "
                           "on (default: the run stops as failed, the server having stopped "

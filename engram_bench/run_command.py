@@ -17,11 +17,11 @@ from rich.console import Console
 from common.console import output_console
 from engram_bench import extras
 from engram_bench.parser import targets
-from engram_bench.run_config import check_search, config_for
+from engram_bench.run_config import auto_workers, check_search, config_for, ray_cluster
 from engram_bench.show import show_run
 from harness.config import RunConfig
 from harness.results.store import Store, StoreError
-from harness.run import aio, modes, workers
+from harness.run import aio, modes
 from harness.run.prompts import load
 from harness.wire.endpoint import Endpoint
 from runners import engines
@@ -82,9 +82,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     try:
         run_targets = targets(args)
         store = Store(args.db, stopped=aio.stopping)  # a stop gives up a wait for its lock
-        config, resume_id = config_for(args, store)  # bad flags stop here: nothing stored
+        cluster = ray_cluster(args)  # --ray: joined before the config counts its CPUs
+        config, resume_id = config_for(args, store, cluster)  # bad flags: nothing stored
         if args.workers == "auto" and not resume_id:
-            output_console(stderr=True).print(workers.auto(config)[1], highlight=False)
+            output_console(stderr=True).print(auto_workers(config, cluster)[1],
+                                              highlight=False)
         extra = engines.engine_of(config.server_args).extra if config.server_args else None
         if extra:
             extras.require(extra)
@@ -107,7 +109,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                                 ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
                                 insecure=config.insecure)
             aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id),
-                            prompts=prompts, targets=run_targets))
+                            prompts=prompts, targets=run_targets, cluster=cluster))
     except ServerDied as exc:
         progress.stop()
         with contextlib.suppress(StoreError):  # a run it had started is failed, not complete

@@ -8,13 +8,15 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from engram_bench import extras
 from engram_bench.errors import UserError
 from engram_bench.parser import build_parser
 from harness.config import DEFAULT_LEVELS, RunConfig, StoredRun
 from harness.results.metrics import Targets
 from harness.results.store import Store
-from harness.run import modes, workers
+from harness.run import modes, ray_workers, workers
 from harness.run.prompts import BUILTIN
+from harness.run.ray_workers import Cluster
 from runners import engines
 from runners.profiles import profile
 
@@ -29,7 +31,7 @@ def _prompt_spec(args: argparse.Namespace) -> str:
 # judged and shown. Every other flag is part of the run, which continues as it was started.
 RESUME_FREE = {"command", "resume", "url", "api_key", "db", "no_progress", "json", "tps_min",
                "ttft_max_ms", "statistic", "chat_factor", "agentic_factor", "keep_going",
-               "slo", "min_goodput"}
+               "slo", "min_goodput", "ray"}
 # the flags stored under another name (a mode's own are in its declaration)
 RESUME_STORED_AS = {"request_timeout": "request_timeout_s", "connect_timeout": "connect_timeout_s",
                     "stall_timeout": "stall_timeout_s", **modes.stored_as()}
@@ -59,10 +61,23 @@ def _same(stored: object, given: object) -> bool:
     return stored == given or str(stored) == str(given)
 
 
-def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str | None]:
-    """A new run's config from flags, or a resumed run's stored config (URL may change)."""
+def ray_cluster(args: argparse.Namespace) -> Cluster | None:
+    """The Ray cluster `--ray` names, joined (None without it); one sentence if it cannot be."""
+    if not args.ray:
+        return None
+    extras.require("distributed")
+    try:
+        return ray_workers.connect(args.ray, args.connect_timeout)
+    except ray_workers.RayUnavailable as exc:
+        raise UserError(str(exc)) from None
+
+
+def config_for(args: argparse.Namespace, store: Store,
+               cluster: Cluster | None = None) -> tuple[RunConfig, str | None]:
+    """A new run's config from flags, or a resumed run's stored config (URL and the Ray
+    cluster may change); `cluster`: the one `--ray` joined."""
     if not args.resume:
-        return _new_config(args), None
+        return _new_config(args, cluster), None
     run = store.run(args.resume)
     if run.status == "complete":
         raise UserError(f"run {run.run_id} is already complete; nothing to resume")
@@ -75,13 +90,27 @@ def config_for(args: argparse.Namespace, store: Store) -> tuple[RunConfig, str |
         raise UserError(f"--resume continues run {run.run_id} as it was started, so "
                         f"{', '.join(conflicts)} cannot change it: drop "
                         f"{'them' if len(conflicts) > 1 else 'it'}, or start a new run")
-    config = replace(stored, keep_going=args.keep_going)
+    config = _on_cluster(replace(stored, keep_going=args.keep_going, ray=args.ray), cluster)
     if args.url:
         config = replace(config, url=args.url, server_args=())
     return config, run.run_id
 
 
-def _new_config(args: argparse.Namespace) -> RunConfig:
+def _on_cluster(config: RunConfig, cluster: Cluster | None) -> RunConfig:
+    """Refuse what a cluster cannot run: more workers than 4 per CPU of it, or a mode whose
+    load one process sends."""
+    if cluster is None:
+        return config
+    if not modes.mode_for(config.mode).splits:
+        raise UserError(f"mode {config.mode} sends its load from one process, so --ray has no "
+                        "workers to place: drop --ray")
+    if config.workers > 4 * cluster.cpus:
+        raise UserError(f"--workers must be from 1 to {4 * cluster.cpus} (4 per CPU of the Ray "
+                        f"cluster at {cluster.address}), not {config.workers}")
+    return config
+
+
+def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
     """A new run's config; without --url, the server args of the engine --device starts."""
     mode = modes.mode_for(modes.chosen(args))
     levels: tuple[int, ...] = DEFAULT_LEVELS  # without --levels the mode makes its own of these
@@ -115,9 +144,18 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,
         keep_going=args.keep_going, token_times=args.token_times, **modes.read_flags(args),
     )
-    config = modes.check(config)
-    count = workers.auto(config)[0] if args.workers == "auto" else args.workers
-    return modes.check(replace(config, workers=count)) if count > 1 else config
+    config = modes.check(replace(config, ray=args.ray))
+    count = (auto_workers(config, cluster)[0] if args.workers == "auto" else args.workers)
+    config = modes.check(replace(config, workers=count)) if count > 1 else config
+    return _on_cluster(config, cluster)
+
+
+def auto_workers(config: RunConfig, cluster: Cluster | None) -> tuple[int, str]:
+    """`--workers auto` over this host's CPUs, or the Ray cluster's; and what it picked."""
+    if cluster is None:
+        return workers.auto(config)
+    return workers.auto(config, cluster.cpus, f" of the Ray cluster at {cluster.address}, "
+                                              f"{cluster.nodes} nodes")
 
 
 def check_search(config: RunConfig, targets: Targets) -> None:

@@ -203,6 +203,7 @@ class RunConfig:
     max_output_tokens: int | None = None
     lengths_from: str = ""  # a sweep's request lengths drawn from this trace's (absolute path)
     workers: int = 1  # load processes a level's streams (or requests) are split across
+    ray: str = ""  # the Ray cluster (HOST:PORT) they run on as actors; "": this host's processes
 
     def __post_init__(self) -> None:
         """The knobs every mode shares; each mode checks its own (harness.run.modes.check)."""
@@ -231,7 +232,7 @@ class RunConfig:
                               f"level, {max(self.levels)}")
         if not 1 <= self.repeat <= MAX_REPEAT:
             raise ConfigError(f"--repeat must be from 1 to {MAX_REPEAT:,}, not {self.repeat:,}")
-        if not 1 <= self.workers <= max_workers():
+        if self.workers < 1 or (not self.ray and self.workers > max_workers()):
             raise ConfigError(f"--workers must be from 1 to {max_workers()} (4 per CPU), not "
                               f"{self.workers}")
         if self.levels and self.workers > max(self.levels):

@@ -97,3 +97,16 @@ class RequestRecord:
         if not self.ok or not self.latency_ms:
             return None
         return self.output_tokens / (self.latency_ms / 1000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadHost:
+    """Where a `run --ray` load worker ran, and its host's clock against the driver's (a row
+    of `load_hosts`): the wall clock's offset (theirs minus ours) at the shortest of the round
+    trips it was read over, and that round trip."""
+
+    worker: int
+    node_id: str
+    hostname: str
+    clock_offset_ms: float
+    round_trip_ms: float

@@ -26,12 +26,23 @@ def _header(name: str) -> str:
     return LEVEL_FIGURES[name].header
 
 
+def _load(summary: Summary) -> str:
+    """The title's note of a run whose load was split: its processes, and on how many Ray
+    nodes with the widest clock offset among them."""
+    hosts = summary.get("load_hosts") or []
+    if hosts:
+        nodes = len({h["node_id"] for h in hosts})
+        offset = max(abs(h["clock_offset_ms"]) for h in hosts)
+        return (f", {len(hosts)} load process{'es' if len(hosts) > 1 else ''} on {nodes} Ray "
+                f"node{'s' if nodes > 1 else ''} (clocks within {offset:.2f} ms of this host's)")
+    return (f", {summary['workers']} load processes" if summary.get("workers", 1) > 1 else "")
+
+
 def print_summary(summary: Summary, console: Console) -> None:
     title = (f"run {summary['run_id']} ({summary['status']}): {summary['model']} on "
              f"{summary['device'] or 'unlabelled device'}, engine {summary['engine'] or '-'}, "
              f"table {summary['table_placement'] or '-'}"
-             + (f", {summary['workers']} load processes" if summary.get("workers", 1) > 1
-                else ""))
+             + _load(summary))
     table = Table(title=title, title_justify="left")
     key = level_key(summary["mode"])
     rate_run, users_run, trace_run = key == "R", key == "U", key == "X"

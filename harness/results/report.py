@@ -8,7 +8,7 @@ from statistics import fmean
 from typing import TypeVar, cast
 
 from harness.config import RunConfig, StoredRun
-from harness.records import RequestRecord
+from harness.records import LoadHost, RequestRecord
 from harness.results import confidence, users
 from harness.results.client_check import ClientCheck
 from harness.results.client_check import describe as describe_client
@@ -34,6 +34,7 @@ from harness.results.store import Store
 from harness.results.summary import (
     IntervalDict,
     LevelRow,
+    LoadHostDict,
     Summary,
     TargetsDict,
     TraceWindowDict,
@@ -81,6 +82,7 @@ def summarise(
     client: Mapping[tuple[int, float | None], ClientCheck] | None = None,
     think_means: Mapping[int, float] | None = None,
     lead_ins: Mapping[int, users.LeadIn] | None = None,
+    load_hosts: Sequence[LoadHost] = (),
 ) -> Summary:
     """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
     A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency.
@@ -89,7 +91,7 @@ def summarise(
     the target's own figures (server_levels), of which speculative decoding is shown; `client`:
     per level, the harness's self-check (a client-bound level is named in the warnings);
     `think_means` and `lead_ins`: a users run's mean think Z and lead-in per level, as its
-    sweep stored them."""
+    sweep stored them; `load_hosts`: where a `--ray` run's load workers ran."""
     levels: list[LevelRow]
     found: Summary
     key = level_key(run.mode)
@@ -156,6 +158,7 @@ def summarise(
     config = StoredRun.from_json(run.config).config
     summary["token_times"] = bool(config and config.token_times)
     summary["workers"] = config.workers if config else 1
+    summary["load_hosts"] = [cast(LoadHostDict, asdict(h)) for h in load_hosts]
     summary["warnings"] = warnings
     return summary
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from harness.records import RequestRecord
+from harness.records import LoadHost, RequestRecord
 from harness.results.client_check import ClientCheck
 from harness.results.results_file import ResultsFile, StoreError
 from harness.results.run_row import RunRow
@@ -347,6 +347,20 @@ class Store(ResultsFile):
                            [run_id, concurrency]).fetchone() is None:
                 con.execute("INSERT INTO probes SELECT ?, ?, count(*) FROM probes "
                             "WHERE run_id = ?", [run_id, concurrency, run_id])
+
+    def write_load_host(self, run_id: str, host: LoadHost) -> None:
+        """A `--ray` load worker's actor as it started: where, and its host's clock."""
+        with self._connect() as con:
+            con.execute("INSERT INTO load_hosts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, host.worker, host.node_id, host.hostname, host.clock_offset_ms,
+                         host.round_trip_ms, datetime.now(UTC).replace(tzinfo=None)])
+
+    def load_hosts(self, run_id: str) -> list[LoadHost]:
+        """The run's `--ray` load workers as they started, the latest per worker."""
+        rows = self._query("SELECT * EXCLUDE (run_id, started_at) FROM load_hosts "
+                           "WHERE run_id = ? QUALIFY row_number() OVER (PARTITION BY worker "
+                           "ORDER BY started_at DESC) = 1 ORDER BY worker", [run_id])
+        return [LoadHost(**r) for r in rows]
 
     def probes(self, run_id: str) -> list[int]:
         """The search's levels of a run, in the order they were probed."""

@@ -168,6 +168,16 @@ class JudgedDict(TypedDict):
     tps: str
 
 
+class LoadHostDict(TypedDict):
+    """A `--ray` load worker's Ray node and host, and its wall clock minus the driver's."""
+
+    worker: int
+    node_id: str
+    hostname: str
+    clock_offset_ms: float
+    round_trip_ms: float
+
+
 class Summary(TypedDict, total=False):
     """A run's summary; keys a mode does not have are absent (users, max_rate) or None."""
 
@@ -204,6 +214,7 @@ class Summary(TypedDict, total=False):
     turns: list[TurnRow] | None
     token_times: bool  # `--token-times`: the run stored every chunk (chunk_times)
     workers: int  # `--workers`: the load processes each level was split across
+    load_hosts: list[LoadHostDict]  # `--ray`: where each ran, and its host's clock offset
     warnings: list[str]
 
 

@@ -42,6 +42,7 @@ from harness.run.loop_monitor import LoopMonitor
 from harness.run.modes.base import Ledger, Level, LevelOutcome, LoadMode, Pass, Sender
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
+from harness.run.ray_workers import Cluster, RaySpawner
 from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
 from harness.run.workers import WorkerDied, WorkerSender
 from harness.run.workload import Calibration, TokenLine, calibrate, payload
@@ -167,14 +168,16 @@ async def execute(
     resume: bool = False,
     prompts: Prompts | None = None,
     targets: Targets | None = None,
+    cluster: Cluster | None = None,
 ) -> RunResult:
     """Run (or resume) a sweep. TargetError (or ConfigError, for prompts a resumed run no longer
     has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded.
-    RunStopped when a signal stops it (aio.run), saying whether the run had been stored."""
+    RunStopped when a signal stops it (aio.run), saying whether the run had been stored.
+    `cluster`: the Ray cluster `--ray` joined, whose actors send the load."""
     report = _StopReport(stored=resume)
     try:
         return await _execute(config, endpoint, store, progress, run_id, resume, prompts,
-                              targets, report)
+                              targets, report, cluster)
     except (asyncio.CancelledError, KeyboardInterrupt) as exc:
         signum = aio.stopping()
         if signum is None and isinstance(exc, asyncio.CancelledError):
@@ -184,7 +187,7 @@ async def execute(
 
 async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress: LevelProgress,
                    run_id: str, resume: bool, prompts: Prompts | None, targets: Targets | None,
-                   report: _StopReport) -> RunResult:
+                   report: _StopReport, cluster: Cluster | None) -> RunResult:
     mode = modes.mode_for(modes.check(config).mode)  # e.g. a rate level of no request
     ensure_open_files(config)  # a level past the limit would be stored as server errors
     check_run_id(run_id)
@@ -207,8 +210,10 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
     writer = BackgroundWriter(store, run_id, lambda rows: progress.notice(
         f"the results writer process died: restarted it, and sent the {rows} rows it had not "
         "stored again"), token_times=config.token_times)
-    sender = (WorkerSender(sweep, config.workers, config.keep_going, progress.notice)
-              if config.workers > 1 else mode.sender(sweep))
+    spawner = (RaySpawner(cluster, config.workers,
+                          lambda host: store.write_load_host(run_id, host)) if cluster else None)
+    sender = (WorkerSender(sweep, config.workers, config.keep_going, progress.notice, spawner)
+              if config.workers > 1 or spawner else mode.sender(sweep))
     passes = Passes(config, mode, ledger, sweep, sender, writer,
                     Scraper(endpoint) if config.server_metrics else None,
                     LoopMonitor(sweep.pool.unread_bytes), progress, prompts.calibrated)

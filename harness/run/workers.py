@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from harness.config import RunConfig
 from harness.records import RequestRecord
@@ -51,10 +51,11 @@ _PARENT_CHECK_S = 0.5  # a worker whose parent died stops within this
 _JOIN_S = 2.0  # a worker told to stop gets this long to close its connections
 
 
-def auto(config: RunConfig) -> tuple[int, str]:
+def auto(config: RunConfig, cpus: int | None = None, where: str = "") -> tuple[int, str]:
     """`--workers auto`: one process per STREAMS_PER_WORKER streams of the run's highest
-    level (an open loop's: per so many requests/s), at most one per CPU; and why."""
-    cpus = os.cpu_count() or 1
+    level (an open loop's: per so many requests/s), at most one per CPU (this host's, or
+    `cpus` of a cluster, said as `where`); and why."""
+    cpus = cpus or os.cpu_count() or 1
     if not modes.mode_for(config.mode).splits:
         return 1, f"--workers auto: 1 load process (mode {config.mode} runs in one)"
     if config.levels:
@@ -65,7 +66,7 @@ def auto(config: RunConfig) -> tuple[int, str]:
         what = f"up to {peak} requests/s"
     count = max(1, min(cpus, -(-peak // STREAMS_PER_WORKER)))
     return count, (f"--workers auto: {count} load process{'es' if count > 1 else ''} "
-                   f"({what}, one per {STREAMS_PER_WORKER}, on {cpus} CPUs)")
+                   f"({what}, one per {STREAMS_PER_WORKER}, on {cpus} CPUs{where})")
 
 
 class WorkerDied(RuntimeError):
@@ -88,18 +89,24 @@ def _main(conn: Connection, setup: Setup, parent: int) -> None:
     """A worker process: passes in, requests out, until told to stop or its parent dies."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # a stop is the main process's to handle
         signal.signal(signum, signal.SIG_IGN)
+    serve(conn, setup, parent)
+
+
+def serve(conn: Connection, setup: Setup, parent: int | None) -> None:
+    """A worker's own event loop over `conn` (in a process of its own, or a thread of a Ray
+    actor: `parent` None, which Ray ends with its driver)."""
     with asyncio.Runner(loop_factory=aio.loop_factory()) as runner:
         runner.run(_serve(conn, setup, parent))
 
 
-async def _serve(conn: Connection, setup: Setup, parent: int) -> None:
+async def _serve(conn: Connection, setup: Setup, parent: int | None) -> None:
     clock = Clock()
     clock.anchor_wall, clock.anchor_ns = setup.anchor
     sweep = Sweep(setup.config, setup.endpoint, setup.run_id, setup.prompts, clock, setup.line)
     sender = modes.mode_for(setup.config.mode).sender(sweep)
     inbox: asyncio.Queue[tuple[Any, Any]] = asyncio.Queue()
     _Inbox(conn, inbox, None)
-    watch = asyncio.create_task(_watch_parent(parent))
+    watch = asyncio.create_task(_watch_parent(parent)) if parent is not None else None
     try:
         while (message := (await inbox.get())[1]) is not None:
             p: Pass = message[1]
@@ -117,7 +124,8 @@ async def _serve(conn: Connection, setup: Setup, parent: int) -> None:
     except Exception as exc:  # said by the main process, not as a traceback of this one
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
     finally:
-        watch.cancel()
+        if watch is not None:
+            watch.cancel()
         await sender.stop()
         sweep.close()
 
@@ -160,12 +168,89 @@ class _Inbox:
             self._loop.remove_reader(self.conn.fileno())
 
 
+class LoadWorker(Protocol):
+    """One started worker as the main process sees it, whatever runs it: `send` a pass
+    ("warm", Pass), its start ("go", perf_counter_ns on this process's clock) or None (stop);
+    its answers arrive on the sender's queue, tagged with the worker (None: it ended)."""
+
+    index: int
+
+    def send(self, message: Any) -> None: ...
+
+    def alive(self) -> bool: ...
+
+    def ended(self) -> str:
+        """How it ended, for the sentence that fails its level (after a None or "failed")."""
+        ...
+
+    def close(self, kill: bool = False) -> None: ...
+
+
+class Spawner(Protocol):
+    """Starts workers: processes on this host (`Processes`) or actors on a Ray cluster
+    (harness.run.ray_workers). `go_margin_ns`: how far ahead a pass's start is set, so every
+    worker has it by then."""
+
+    go_margin_ns: int
+
+    async def start(self, index: int, setup: Setup,
+                    queue: asyncio.Queue[tuple[Any, Any]]) -> LoadWorker: ...
+
+
 @dataclass(slots=True, eq=False)
-class _Worker:
+class _Process:
     index: int
     proc: Any  # a multiprocessing process (its type is the context's)
     conn: Connection
     inbox: _Inbox | None = None
+
+    def send(self, message: Any) -> None:
+        self.conn.send(message)
+
+    def alive(self) -> bool:
+        return bool(self.proc.is_alive())
+
+    def ended(self) -> str:
+        self.proc.join(_JOIN_S)
+        return f"exit code {self.proc.exitcode}"
+
+    def close(self, kill: bool = False) -> None:
+        if self.inbox is not None:
+            self.inbox.close()
+        if kill and self.proc.is_alive():
+            self.proc.kill()
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        self.proc.join(_JOIN_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(_JOIN_S)
+
+
+class Processes:
+    """Workers as processes of this host, spawned, each with a pipe to this one."""
+
+    go_margin_ns = GO_MARGIN_NS
+
+    def __init__(self) -> None:
+        self._ctx = mp.get_context("spawn")
+
+    async def start(self, index: int, setup: Setup,
+                    queue: asyncio.Queue[tuple[Any, Any]]) -> LoadWorker:
+        """Worker `index`, started with SIGHUP blocked, which it keeps: a closed terminal
+        hangs up the process group, and the run is the main process's to stop."""
+        ours, theirs = self._ctx.Pipe(duplex=True)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            proc = self._ctx.Process(target=_main, name=f"load-worker-{index}", daemon=True,
+                                     args=(theirs, setup, os.getpid()))
+            proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        theirs.close()
+        worker = _Process(index, proc, ours)
+        worker.inbox = _Inbox(ours, queue, worker)
+        return worker
 
 
 @dataclass(slots=True)
@@ -209,19 +294,19 @@ class _Rounds:
 
 
 class WorkerSender:
-    """Sends each pass through `count` worker processes (as many as the pass has streams or
-    requests, at most `count`), started at the first pass; their messages arrive on one
-    queue, each tagged with its worker."""
+    """Sends each pass through `count` workers (as many as the pass has streams or requests,
+    at most `count`), started at the first pass by `spawner` (default: processes of this
+    host); their messages arrive on one queue, each tagged with its worker."""
 
     def __init__(self, sweep: Sweep, count: int, keep_going: bool,
-                 notice: Callable[[str], None]) -> None:
+                 notice: Callable[[str], None], spawner: Spawner | None = None) -> None:
         self.sweep = sweep
         self.count = count
         self.keep_going = keep_going
         self.notice = notice
-        self._ctx = mp.get_context("spawn")
-        self._workers: dict[int, _Worker] = {}
-        self._active: list[_Worker] = []
+        self.spawner = spawner or Processes()
+        self._workers: dict[int, LoadWorker] = {}
+        self._active: list[LoadWorker] = []
         self._queue: asyncio.Queue[tuple[Any, Any]] | None = None
 
     def _setup(self) -> Setup:
@@ -229,28 +314,16 @@ class WorkerSender:
         return Setup(s.config, s.endpoint, s.run_id, s.prompts,
                      (s.clock.anchor_wall, s.clock.anchor_ns), s.line)
 
-    def _worker(self, index: int) -> _Worker:
-        """Worker `index`, started (again, if it died) with SIGHUP blocked, which it keeps:
-        a closed terminal hangs up the process group, and the run is the main process's to
-        stop."""
+    async def _worker(self, index: int) -> LoadWorker:
+        """Worker `index`, started (again, if it died)."""
         worker = self._workers.get(index)
-        if worker is not None and worker.proc.is_alive():
+        if worker is not None and worker.alive():
             return worker
         if worker is not None:
-            self._close(worker)
+            worker.close()
         if self._queue is None:
             self._queue = asyncio.Queue()
-        ours, theirs = self._ctx.Pipe(duplex=True)
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-        try:
-            proc = self._ctx.Process(target=_main, name=f"load-worker-{index}", daemon=True,
-                                     args=(theirs, self._setup(), os.getpid()))
-            proc.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        theirs.close()
-        worker = _Worker(index, proc, ours)
-        worker.inbox = _Inbox(ours, self._queue, worker)
+        worker = await self.spawner.start(index, self._setup(), self._queue)
         self._workers[index] = worker
         return worker
 
@@ -259,7 +332,7 @@ class WorkerSender:
         """Workers a pass is split across: no more than it has streams (or requests)."""
         return max(1, min(count, p.level.concurrency or p.requests))
 
-    async def _next(self, p: Pass) -> tuple[_Worker, Any]:
+    async def _next(self, p: Pass) -> tuple[LoadWorker, Any]:
         """The next message of a worker of the pass (a worker ended before it: those are
         left out); WorkerDied for one that died or failed."""
         assert self._queue is not None
@@ -268,9 +341,8 @@ class WorkerSender:
             if worker not in self._active:
                 continue
             if message is None or message[0] == "failed":
-                worker.proc.join(_JOIN_S)
                 how = (f"failed ({message[1]})" if message is not None
-                       else f"died (exit code {worker.proc.exitcode})")
+                       else f"died ({worker.ended()})")
                 raise WorkerDied(f"load worker {worker.index + 1} of {len(self._active)} "
                                  f"{how} at {_level(p)}")
             return worker, message
@@ -278,9 +350,13 @@ class WorkerSender:
     async def warm(self, p: Pass) -> None:
         """Each worker opens its share's connections; returns once all have."""
         n = self.shares(p, self.count)
-        self._active = [self._worker(i) for i in range(n)]
+        try:
+            self._active = [await self._worker(i) for i in range(n)]
+        except BaseException:
+            self._stop_active()
+            raise
         for worker in self._active:
-            worker.conn.send(("warm", replace(p, share=Share(worker.index, n))))
+            worker.send(("warm", replace(p, share=Share(worker.index, n))))
         warmed = 0
         try:
             while warmed < n:
@@ -295,9 +371,9 @@ class WorkerSender:
         """The pass's requests as they stream in; its CPU is every worker's and this
         process's own (receiving, committing) over the pass."""
         cpu0 = time.process_time()
-        start_ns = time.perf_counter_ns() + GO_MARGIN_NS
+        start_ns = time.perf_counter_ns() + self.spawner.go_margin_ns
         for worker in self._active:
-            worker.conn.send(("go", start_ns))
+            worker.send(("go", start_ns))
         rounds = _Rounds(p, commit)
         cpu_s, unstored, checks = 0.0, 0, list[ClientCheck]()
         try:
@@ -344,29 +420,17 @@ class WorkerSender:
         """End the pass's workers at once (a stop, or another worker died): their requests in
         flight are not stored, as a stopped loop's are not."""
         for worker in self._active:
-            self._close(worker, kill=True)
+            worker.close(kill=True)
             self._workers.pop(worker.index, None)
         self._active = []
-
-    def _close(self, worker: _Worker, kill: bool = False) -> None:
-        if worker.inbox is not None:
-            worker.inbox.close()
-        if kill and worker.proc.is_alive():
-            worker.proc.kill()
-        with contextlib.suppress(OSError):
-            worker.conn.close()
-        worker.proc.join(_JOIN_S)
-        if worker.proc.is_alive():
-            worker.proc.kill()
-            worker.proc.join(_JOIN_S)
 
     async def stop(self) -> None:
         """Tell every worker to stop (each closes its connections), then end any left."""
         for worker in self._workers.values():
             with contextlib.suppress(OSError):
-                worker.conn.send(None)
+                worker.send(None)
         for worker in list(self._workers.values()):
-            self._close(worker)
+            worker.close()
         self._workers.clear()
 
 

@@ -150,3 +150,14 @@ CREATE TABLE IF NOT EXISTS probes (
     concurrency INTEGER,
     ordinal INTEGER
 );
+-- `run --ray`: each load worker's Ray actor as it started (harness.run.ray_workers): its node
+-- and host, and that host's wall clock minus the driver's at the shortest of 16 round trips
+CREATE TABLE IF NOT EXISTS load_hosts (
+    run_id VARCHAR,
+    worker INTEGER,
+    node_id VARCHAR,
+    hostname VARCHAR,
+    clock_offset_ms DOUBLE,
+    round_trip_ms DOUBLE,
+    started_at TIMESTAMP
+);
