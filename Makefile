@@ -124,7 +124,7 @@ bench: $(if $(or $(URL),$(filter vllm,$(ENGINE))),$(CORE),$(SERVER))
 	$(BIN)/engram-bench run $(BENCH_FLAGS)
 
 # ... then past one event loop; the exit status is the accuracy table's (2: a target missed)
-bench-harness: $(ALL)
+bench-harness: $(DISTRIBUTED)
 	$(BIN)/python benchmarks/harness_accuracy.py; status=$$?; \
 	$(BIN)/python -m benchmarks.high_concurrency && exit $$status
 

@@ -1,6 +1,7 @@
-"""Past one event loop: C = 512, 1024 and 2048 closed streams with one load process and with
-`--workers auto`, the arms interleaved level by level, against fake servers that share one
-port (`--reuse-port`, one process per CPU, each logging its own timing at a control port).
+"""Past one event loop: C = 512, 1024 and 2048 closed streams with one load process, with
+`--workers auto`, and with as many workers as Ray actors (`--ray`) on a local cluster of two
+Ray nodes, the arms interleaved level by level, against fake servers that share one port
+(`--reuse-port`, one process per CPU, each logging its own timing at a control port).
 
 Per row: the TTFT bias (the harness's TTFT minus the server's own, from the logs), the TPS
 error against the server's, the harness's CPU per streamed chunk (every load process and the
@@ -9,17 +10,20 @@ late its first tokens were read (the kernel's TCP_INFO), and whether the level w
 client-bound. Part of `make bench-harness`.
 
     .venv/bin/python -m benchmarks.high_concurrency [--levels 512,1024,2048] [--rounds 2]
+        [--no-ray]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import fmean
 
@@ -27,6 +31,7 @@ from harness.config import RunConfig
 from harness.results.store import Store
 from harness.run import aio
 from harness.run.progress import LevelProgress
+from harness.run.ray_workers import Cluster, connect
 from harness.run.session import execute, new_run_id
 from harness.run.workers import auto
 from harness.wire.endpoint import Endpoint
@@ -60,16 +65,16 @@ def server_log(controls: list[int]) -> dict[str, dict]:
     return log
 
 
-def level(url: str, c: int, workers: int, args: argparse.Namespace, db: Path,
-          controls: list[int]) -> dict:
+def level(url: str, c: int, workers: int, cluster: Cluster | None, args: argparse.Namespace,
+          db: Path, controls: list[int]) -> dict:
     config = RunConfig(url=url, model=MODEL, levels=(c,), max_concurrency=c, rounds=args.rounds,
                        input_tokens=16, output_tokens=args.tokens, server_metrics=False,
-                       workers=workers)
+                       workers=workers, ray=cluster.address if cluster else "")
     store = Store(db)
     store.initialise()
     server_log(controls)  # calibration's requests left out
-    result = aio.run(execute(config, Endpoint(url), store,
-                             LevelProgress(enabled=False), new_run_id()))
+    result = aio.run(execute(config, Endpoint(url), store, LevelProgress(enabled=False),
+                             new_run_id(), cluster=cluster))
     outcome = result.outcomes[0]
     log = server_log(controls)
     bias, tps_err = [], []
@@ -81,12 +86,38 @@ def level(url: str, c: int, workers: int, args: argparse.Namespace, db: Path,
             tps_err.append(abs((r.tps or 0) - server_tps) / server_tps)
     check = outcome.client
     assert check is not None
-    return {"c": c, "workers": workers, "requests": len(outcome.records),
+    load = (f"{workers} Ray actors" if cluster else
+            f"{workers} process{'es' if workers > 1 else ''}")
+    return {"c": c, "load": load, "requests": len(outcome.records),
             "errors": sum(1 for r in outcome.records if not r.ok),
             "bias": fmean(bias) if bias else None, "tps_err": fmean(tps_err) if tps_err else None,
             "cpu_us": outcome.cpu_s / max(outcome.chunks, 1) * 1e6,
             "lag_p50": check.loop_lag_p50_ms, "lag_p99": check.loop_lag_p99_ms,
             "read_lag": check.read_lag_mean_ms, "flagged": check.client_bound}
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.terminate()
+        proc.wait(5)
+
+
+@contextlib.contextmanager
+def _local_ray(cpus: int) -> Iterator[Cluster]:
+    """A Ray cluster of two nodes on this machine, this machine's CPUs shared between them,
+    joined as `run --ray` joins one."""
+    from ray.cluster_utils import Cluster as RayCluster
+
+    nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": max(1, cpus // 2)})
+    nodes.add_node(num_cpus=max(1, cpus - cpus // 2))
+    nodes.wait_for_nodes()
+    try:
+        yield connect(nodes.address, 30.0)
+    finally:
+        import ray
+
+        ray.shutdown()
+        nodes.shutdown()
 
 
 def _cell(value: float | None, fmt: str) -> str:
@@ -99,31 +130,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--itl-ms", type=float, default=40.0)
+    parser.add_argument("--no-ray", dest="ray", action="store_false",
+                        help="leave out the arm on a local Ray cluster")
     args = parser.parse_args()
     cpus = os.cpu_count() or 1
     procs, url, controls = start_servers(cpus, ("--ttft-ms", "100", "--itl-ms",
                                                 str(args.itl_ms)))
     rows = []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for k, c in enumerate(int(x) for x in args.levels.split(",")):
-                many = auto(RunConfig(url=url, model=MODEL, levels=(c,), max_concurrency=c))[0]
-                arms = [1, many] if k % 2 == 0 else [many, 1]
-                for workers in arms:
-                    rows.append(level(url, c, workers, args, Path(tmp) / f"{c}-{workers}.duckdb",
-                                      controls))
-                    print(f"C={c} with {workers} load process(es) done", file=sys.stderr)
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(5)
+    with contextlib.ExitStack() as stack:
+        stack.callback(_stop, procs)
+        cluster = stack.enter_context(_local_ray(cpus)) if args.ray else None
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for k, c in enumerate(int(x) for x in args.levels.split(",")):
+            many = auto(RunConfig(url=url, model=MODEL, levels=(c,), max_concurrency=c))[0]
+            arms: list[tuple[int, Cluster | None]] = [(1, None), (many, None)]
+            if cluster:
+                arms.append((many, cluster))
+            for n, (workers, on) in enumerate(arms[k % len(arms):] + arms[:k % len(arms)]):
+                rows.append(level(url, c, workers, on, args, tmp / f"{c}-{n}.duckdb", controls))
+                print(f"C={c}: {rows[-1]['load']} done", file=sys.stderr)
     print(f"\n{cpus} CPUs; fake servers: {cpus} processes on one port, TTFT 100 ms, ITL "
           f"{args.itl_ms:g} ms, {args.tokens} tokens; {args.rounds} rounds per level")
-    print("| C | load processes | requests | errors | TTFT bias ms | TPS error | CPU us/chunk "
+    print("| C | load | requests | errors | TTFT bias ms | TPS error | CPU us/chunk "
           "| loop lag p50 / p99 ms | first-token read lag ms | client-bound |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['c']} | {r['workers']} | {r['requests']} | {r['errors']} | "
+        print(f"| {r['c']} | {r['load']} | {r['requests']} | {r['errors']} | "
               f"{_cell(r['bias'], '+.2f')} | {_cell(r['tps_err'], '.2%')} | "
               f"{r['cpu_us']:.1f} | {_cell(r['lag_p50'], '.2f')} / {_cell(r['lag_p99'], '.1f')} "
               f"| {_cell(r['read_lag'], '.2f')} | {'yes' if r['flagged'] else 'no'} |")
