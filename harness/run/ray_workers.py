@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing as mp
 import socket
 import threading
 import time
@@ -137,7 +136,7 @@ class Relay:
     and the calls that reach it over a pipe."""
 
     def __init__(self) -> None:
-        self._conn: Any = None
+        self._conn, self._theirs = workers.link_pair()
         self._thread: threading.Thread | None = None
 
     def clock(self) -> tuple[int, int]:
@@ -150,8 +149,7 @@ class Relay:
         return ray.get_runtime_context().get_node_id(), socket.gethostname(), __version__
 
     def start(self, setup: Setup) -> None:
-        self._conn, theirs = mp.Pipe(duplex=True)
-        self._thread = threading.Thread(target=workers.serve, args=(theirs, setup, None),
+        self._thread = threading.Thread(target=workers.serve, args=(self._theirs, setup, None),
                                         name="load-worker", daemon=True)
         self._thread.start()
 
@@ -166,7 +164,8 @@ class Relay:
         self._conn.send(("go", start_ns))
         while True:
             batch = [self._recv()]
-            while batch[-1] is not None and batch[-1][0] == "record" and self._conn.poll():
+            while (batch[-1] is not None and batch[-1][0] == "record"
+                   and self._conn.incoming.poll()):
                 batch.append(self._recv())
             yield batch
             if batch[-1] is None or batch[-1][0] != "record":
@@ -174,7 +173,7 @@ class Relay:
 
     def _recv(self) -> Any:
         try:
-            return self._conn.recv()
+            return self._conn.incoming.recv()
         except (EOFError, OSError):
             return None
 

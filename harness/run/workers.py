@@ -85,27 +85,53 @@ class Setup:
     line: TokenLine | None
 
 
-def _main(conn: Connection, setup: Setup, parent: int) -> None:
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One end of two one-way pipes between a worker and the process it reports to. An event
+    loop that reads `incoming` makes its descriptor non-blocking, so messages go out on
+    `outgoing`, whose descriptor stays blocking: a reader that lags slows the writer (its
+    loop lag says so) and never fails it."""
+
+    incoming: Connection
+    outgoing: Connection
+
+    def send(self, message: Any) -> None:
+        self.outgoing.send(message)
+
+    def close(self) -> None:
+        for end in (self.incoming, self.outgoing):
+            with contextlib.suppress(OSError):
+                end.close()
+
+
+def link_pair(ctx: Any = mp) -> tuple[Link, Link]:
+    """The two ends of a worker's link (`ctx`: a multiprocessing context, or the module)."""
+    a_reads, b_writes = ctx.Pipe(duplex=False)
+    b_reads, a_writes = ctx.Pipe(duplex=False)
+    return Link(a_reads, a_writes), Link(b_reads, b_writes)
+
+
+def _main(link: Link, setup: Setup, parent: int) -> None:
     """A worker process: passes in, requests out, until told to stop or its parent dies."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # a stop is the main process's to handle
         signal.signal(signum, signal.SIG_IGN)
-    serve(conn, setup, parent)
+    serve(link, setup, parent)
 
 
-def serve(conn: Connection, setup: Setup, parent: int | None) -> None:
-    """A worker's own event loop over `conn` (in a process of its own, or a thread of a Ray
+def serve(link: Link, setup: Setup, parent: int | None) -> None:
+    """A worker's own event loop over `link` (in a process of its own, or a thread of a Ray
     actor: `parent` None, which Ray ends with its driver)."""
     with asyncio.Runner(loop_factory=aio.loop_factory()) as runner:
-        runner.run(_serve(conn, setup, parent))
+        runner.run(_serve(link, setup, parent))
 
 
-async def _serve(conn: Connection, setup: Setup, parent: int | None) -> None:
+async def _serve(conn: Link, setup: Setup, parent: int | None) -> None:
     clock = Clock()
     clock.anchor_wall, clock.anchor_ns = setup.anchor
     sweep = Sweep(setup.config, setup.endpoint, setup.run_id, setup.prompts, clock, setup.line)
     sender = modes.mode_for(setup.config.mode).sender(sweep)
     inbox: asyncio.Queue[tuple[Any, Any]] = asyncio.Queue()
-    _Inbox(conn, inbox, None)
+    _Inbox(conn.incoming, inbox, None)
     watch = asyncio.create_task(_watch_parent(parent)) if parent is not None else None
     try:
         while (message := (await inbox.get())[1]) is not None:
@@ -201,7 +227,7 @@ class Spawner(Protocol):
 class _Process:
     index: int
     proc: Any  # a multiprocessing process (its type is the context's)
-    conn: Connection
+    conn: Link
     inbox: _Inbox | None = None
 
     def send(self, message: Any) -> None:
@@ -219,8 +245,7 @@ class _Process:
             self.inbox.close()
         if kill and self.proc.is_alive():
             self.proc.kill()
-        with contextlib.suppress(OSError):
-            self.conn.close()
+        self.conn.close()
         self.proc.join(_JOIN_S)
         if self.proc.is_alive():
             self.proc.kill()
@@ -239,7 +264,7 @@ class Processes:
                     queue: asyncio.Queue[tuple[Any, Any]]) -> LoadWorker:
         """Worker `index`, started with SIGHUP blocked, which it keeps: a closed terminal
         hangs up the process group, and the run is the main process's to stop."""
-        ours, theirs = self._ctx.Pipe(duplex=True)
+        ours, theirs = link_pair(self._ctx)
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
         try:
             proc = self._ctx.Process(target=_main, name=f"load-worker-{index}", daemon=True,
@@ -249,7 +274,7 @@ class Processes:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         theirs.close()
         worker = _Process(index, proc, ours)
-        worker.inbox = _Inbox(ours, queue, worker)
+        worker.inbox = _Inbox(ours.incoming, queue, worker)
         return worker
 
 

@@ -5,11 +5,13 @@ it; flags that cannot work are one sentence."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +19,8 @@ import httpx
 import pytest
 
 from harness.results.store import Store
+from harness.run import aio
+from harness.run.workers import Link, link_pair
 from tests.helpers import ROOT, group_alive, run_cli, stored_rows, wait_while_running
 
 
@@ -124,3 +128,28 @@ def test_auto_picks_by_the_highest_level_and_says_so(tmp_path):
     done = run_cli("run", "--url", "http://127.0.0.1:9/v1", "--levels", "1,2",
                    "--workers", "auto", "--db", str(tmp_path / "b.duckdb"))
     assert "--workers auto: 1 load process (C up to 2, one per 256" in done.stderr
+
+
+def _flood(link: Link, messages: int) -> None:
+    """A worker's loop as it runs: reading its incoming pipe (which makes that descriptor
+    non-blocking), writing `messages` out."""
+    async def write() -> None:
+        asyncio.get_running_loop().add_reader(link.incoming.fileno(), lambda: None)
+        for _ in range(messages):
+            link.send(("record", "x" * 1000))
+
+    with asyncio.Runner(loop_factory=aio.loop_factory()) as runner:
+        runner.run(write())
+
+
+def test_a_worker_writes_on_while_its_reader_lags():
+    """Far more than a pipe holds, sent while nobody reads: the writer waits, then all of it
+    arrives (a lagging main process or Ray relay slows a worker, and never fails it)."""
+    ours, theirs = link_pair()
+    writer = threading.Thread(target=_flood, args=(theirs, 2000))
+    writer.start()
+    time.sleep(0.5)
+    assert writer.is_alive(), "the pipe held it all: the test sends too little"
+    got = [ours.incoming.recv() for _ in range(2000)]
+    writer.join(5)
+    assert not writer.is_alive() and len(got) == 2000
