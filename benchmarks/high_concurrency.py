@@ -1,7 +1,8 @@
-"""Past one event loop: C = 512, 1024 and 2048 closed streams with one load process, with
-`--workers auto`, and with as many workers as Ray actors (`--ray`) on a local cluster of two
-Ray nodes, the arms interleaved level by level, against fake servers that share one port
-(`--reuse-port`, one process per CPU, each logging its own timing at a control port).
+"""Past one event loop: C = 512, 1024 and 2048 closed streams with one load process, split
+across processes (what `--workers auto` picks, at least two), and across as many Ray actors
+(`--ray`) on a local cluster of two Ray nodes, the arms interleaved level by level, against
+fake servers that share one port (`--reuse-port`, one process per CPU, each logging its own
+timing at a control port).
 
 Per row: the TTFT bias (the harness's TTFT minus the server's own, from the logs), the TPS
 error against the server's, the harness's CPU per streamed chunk (every load process and the
@@ -142,7 +143,9 @@ def main() -> None:
         cluster = stack.enter_context(_local_ray(cpus)) if args.ray else None
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for k, c in enumerate(int(x) for x in args.levels.split(",")):
-            many = auto(RunConfig(url=url, model=MODEL, levels=(c,), max_concurrency=c))[0]
+            # the split: what --workers auto picks, at least two (at C=512 auto keeps one)
+            many = max(2, auto(RunConfig(url=url, model=MODEL, levels=(c,),
+                                         max_concurrency=c))[0])
             arms: list[tuple[int, Cluster | None]] = [(1, None), (many, None)]
             if cluster:
                 arms.append((many, cluster))

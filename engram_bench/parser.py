@@ -180,7 +180,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                           "every 0.5 s of each level, stored per level)")
     run.add_argument("--workers", type=_workers, default=1, metavar="N|auto",
                      help="load processes each level's streams (or requests) are split "
-                          "across, each its own event loop and connections; auto: one per 256 "
+                          "across, each its own event loop and connections; auto: one per 512 "
                           "streams of the highest level, at most one per CPU")
     run.add_argument("--ray", metavar="HOST:PORT", default="",
                      help="run the --workers as Ray actors spread over the nodes of the Ray "

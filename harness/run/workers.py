@@ -44,8 +44,9 @@ from harness.run.workload import TokenLine
 from harness.wire.client import Clock
 from harness.wire.endpoint import Endpoint
 
-STREAMS_PER_WORKER = 256  # one loop times this many streams within a few ms (C=512: +2.9 ms
-# of TTFT bias, C=1024: +11 ms, on a 2-core machine); an open loop's requests/s alike
+STREAMS_PER_WORKER = 512  # one loop times this many streams within a few ms, and splitting
+# them costs more than it gains (C=512 on 2 cores: +2.9 ms of TTFT bias in one loop, +7.1 ms
+# in two; C=1024: +35 ms in one, +15 ms in two); an open loop's requests/s alike
 GO_MARGIN_NS = 5_000_000  # the start time sent is this far ahead: every worker has it by then
 _PARENT_CHECK_S = 0.5  # a worker whose parent died stops within this
 _JOIN_S = 2.0  # a worker told to stop gets this long to close its connections

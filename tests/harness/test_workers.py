@@ -127,7 +127,7 @@ def test_workers_that_cannot_work_are_one_sentence(tmp_path, flags, message):
 def test_auto_picks_by_the_highest_level_and_says_so(tmp_path):
     done = run_cli("run", "--url", "http://127.0.0.1:9/v1", "--levels", "1,2",
                    "--workers", "auto", "--db", str(tmp_path / "b.duckdb"))
-    assert "--workers auto: 1 load process (C up to 2, one per 256" in done.stderr
+    assert "--workers auto: 1 load process (C up to 2, one per 512" in done.stderr
 
 
 def _flood(link: Link, messages: int) -> None:
