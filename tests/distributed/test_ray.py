@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -39,6 +40,18 @@ def _wait_gone(what: list[int], timeout_s: float) -> list[int]:
     while (left := [pid for pid in what if pid in _relays()]) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+def _two_rounds_in(url: str, db: Path, ray_address: str,
+                   rounds: int) -> tuple[subprocess.Popen, list[int]]:
+    """A C=8 run of `rounds` across two actors, once two rounds are stored; the actors."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "8",
+         "--rounds", str(rounds), "--workers", "2", "--ray", ray_address, "--output-tokens",
+         "16", "--input-tokens", "16", "--db", str(db), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_while_running(lambda: stored_rows(db) >= 16, proc, "two rounds stored", 120)
+    return proc, _relays()
 
 
 def test_two_nodes_store_every_request_once_timed_as_the_server_saw_it(
@@ -73,15 +86,9 @@ def test_two_nodes_store_every_request_once_timed_as_the_server_saw_it(
 
 def test_a_killed_actor_fails_the_run_in_one_sentence_keeping_what_was_measured(
         ray_address, mock_process, tmp_path):
-    url = mock_process("--ttft-ms", "20", "--itl-ms", "5")
     db = tmp_path / "b.duckdb"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "8",
-         "--rounds", "40", "--workers", "2", "--ray", ray_address, "--output-tokens", "16",
-         "--input-tokens", "16", "--db", str(db), "--no-progress"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_while_running(lambda: stored_rows(db) >= 16, proc, "two rounds stored", 120)
-    actors = _relays()
+    proc, actors = _two_rounds_in(mock_process("--ttft-ms", "20", "--itl-ms", "5"), db,
+                                  ray_address, 40)
     assert len(actors) == 2, actors
     os.kill(actors[0], signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
@@ -96,15 +103,9 @@ def test_a_killed_actor_fails_the_run_in_one_sentence_keeping_what_was_measured(
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_ends_a_ray_run_within_5_s_as_aborted(ray_address, mock_process, tmp_path,
                                                      signum):
-    url = mock_process("--ttft-ms", "20", "--itl-ms", "5")
     db = tmp_path / "b.duckdb"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "8",
-         "--rounds", "200", "--workers", "2", "--ray", ray_address, "--output-tokens", "16",
-         "--input-tokens", "16", "--db", str(db), "--no-progress"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_while_running(lambda: stored_rows(db) >= 16, proc, "two rounds stored", 120)
-    actors = _relays()
+    proc, actors = _two_rounds_in(mock_process("--ttft-ms", "20", "--itl-ms", "5"), db,
+                                  ray_address, 200)
     sent = time.monotonic()
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=30)
