@@ -137,10 +137,10 @@ bench-kv-tradeoff: $(ALL)
 	$(BIN)/python benchmarks/kv_tradeoff.py
 
 bench-offload: $(ALL)
-	$(BIN)/python benchmarks/offload.py
+	$(BIN)/python -m benchmarks.offload
 
 bench-streams: $(ALL)
-	$(BIN)/python benchmarks/token_streams.py
+	$(BIN)/python -m benchmarks.token_streams
 
 # The users search beside the closed search on one mock server, and where its time goes.
 bench-users: $(ALL)
@@ -166,7 +166,7 @@ cuda-check: $(ALL)
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else \
 	  'cuda-check needs a CUDA device and a CUDA build of torch (make TORCH=torch ...)')"
 	ENGRAM_TEST_DEVICE=cuda $(BIN)/python -m pytest tests/runners/test_engine.py
-	$(BIN)/python benchmarks/offload.py --levels 1,8 --rounds 1 --tokens 32 --arms device,host,spark \
+	$(BIN)/python -m benchmarks.offload --levels 1,8 --rounds 1 --tokens 32 --arms device,host,spark \
 	  --deepseek ""
 
 serve: $(SERVER)

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from statistics import fmean
 
+from benchmarks.cells import cell
 from harness.config import RunConfig
 from harness.results.store import Store
 from harness.run import aio
@@ -121,9 +122,6 @@ def _local_ray(cpus: int) -> Iterator[Cluster]:
         nodes.shutdown()
 
 
-def _cell(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -159,9 +157,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['c']} | {r['load']} | {r['requests']} | {r['errors']} | "
-              f"{_cell(r['bias'], '+.2f')} | {_cell(r['tps_err'], '.2%')} | "
-              f"{r['cpu_us']:.1f} | {_cell(r['lag_p50'], '.2f')} / {_cell(r['lag_p99'], '.1f')} "
-              f"| {_cell(r['read_lag'], '.2f')} | {'yes' if r['flagged'] else 'no'} |")
+              f"{cell(r['bias'], '+.2f')} | {cell(r['tps_err'], '.2%')} | "
+              f"{r['cpu_us']:.1f} | {cell(r['lag_p50'], '.2f')} / {cell(r['lag_p99'], '.1f')} "
+              f"| {cell(r['read_lag'], '.2f')} | {'yes' if r['flagged'] else 'no'} |")
 
 
 if __name__ == "__main__":

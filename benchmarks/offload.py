@@ -156,9 +156,6 @@ async def burst(url: str, model: str, prompts: Prompts, c: int, first: int,
     return [r.tps for r in records if r.tps is not None]
 
 
-def fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
 
 def study(preset: str, table_gib: float, levels: list[int], rounds: int, tokens: int,
           words: int, only: list[str]) -> None:
@@ -219,12 +216,12 @@ def report(preset: str, table_gib: float, arms: list[Arm], levels: list[int],
             resident = (f"{cell.resident_max / 2**20:.0f}/{cell.budget / 2**20:.0f} MiB"
                         if cell.budget else "-")
             print(f"{arm.label:<20}{c:>3}{tps:>8.1f}{tps / statistics.fmean(device.tps):>7.3f}"
-                  f"{fmt(cell.per('engram_wait_ms', 'step_ms'), '>7.1%')}"
-                  f"{fmt(cell.per('disk_read_bytes', 'tokens'), '>11,.0f')}"
-                  f"{fmt(cell.per('page_faults_major', 'tokens'), '>11.2f')}"
-                  f"{fmt(iops, '>7,.0f')}{fmt(busy and busy * 1000, '>10,.0f')}"
-                  f"{fmt(qd and qd / 1000, '>6.1f')}"
-                  f"{fmt(hit, '>7.1%')}{resident:>17}")
+                  f"{cell(cell.per('engram_wait_ms', 'step_ms'), '>7.1%')}"
+                  f"{cell(cell.per('disk_read_bytes', 'tokens'), '>11,.0f')}"
+                  f"{cell(cell.per('page_faults_major', 'tokens'), '>11.2f')}"
+                  f"{cell(iops, '>7,.0f')}{cell(busy and busy * 1000, '>10,.0f')}"
+                  f"{cell(qd and qd / 1000, '>6.1f')}"
+                  f"{cell(hit, '>7.1%')}{resident:>17}")
     print("\nwhere step time goes (all levels; shares of engine step time, CPU of other "
           "threads per step):")
     print(f"{'arm':<20}{'ms/step':>8}{'compute':>9}{'wait':>7}{'ids':>6}{'other':>7}"
@@ -237,12 +234,12 @@ def report(preset: str, table_gib: float, arms: list[Arm], levels: list[int],
         step = total.delta.get("step_ms") or float("nan")
         share = {k: total.delta.get(k, 0.0) / step for k in
                  ("compute_ms", "engram_wait_ms", "hash_ms", "sample_ms", "emit_ms")}
-        print(f"{arm.label:<20}{fmt(total.per('step_ms', 'steps'), '>8.1f')}"
+        print(f"{arm.label:<20}{cell(total.per('step_ms', 'steps'), '>8.1f')}"
               f"{share['compute_ms']:>9.1%}{share['engram_wait_ms']:>7.1%}"
               f"{share['hash_ms']:>6.1%}{share['sample_ms'] + share['emit_ms']:>7.1%}"
-              f"{fmt(total.per('gather_cpu_ms', 'steps'), '>11.2f')}"
-              f"{fmt(total.per('evict_cpu_ms', 'steps'), '>10.2f')}"
-              f"{fmt(total.per('page_faults_minor', 'tokens'), '>11.1f')}")
+              f"{cell(total.per('gather_cpu_ms', 'steps'), '>11.2f')}"
+              f"{cell(total.per('evict_cpu_ms', 'steps'), '>10.2f')}"
+              f"{cell(total.per('page_faults_minor', 'tokens'), '>11.1f')}")
     print("\nlowest C at which the stall passes 5% of step time:")
     for arm in arms:
         over = [c for c in levels

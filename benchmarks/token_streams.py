@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.cells import cell
 from harness.run import prompts as prompt_sources
 from harness.run.workload import calibrate
 from runners.engram.runtime import Runtime, ServerConfigError, ServerOptions
@@ -198,9 +199,6 @@ def run_arm(arm: Arm, args: argparse.Namespace, table: Path) -> Outcome:
                    statistics.fmean(tps), tokens, served)
 
 
-def fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -239,8 +237,9 @@ def main() -> int:
     for o in outcomes:
         print(f"{o.label:<12}{o.rows_per_kt:>9.0f}{o.decode_rows_per_kt:>13.0f}"
               f"{o.distinct_tokens:>10.1%}{o.distinct_bigrams:>11.1%}"
-              f"{fmt(o.hit_rate, '.1%'):>10}{fmt(o.disk_per_token, '.0f'):>12}"
-              f"{fmt(o.faults_per_token, '.2f'):>12}{o.tps:>9.1f}")
+              f"{cell(o.hit_rate, '.1%', 'n/a'):>10}"
+              f"{cell(o.disk_per_token, '.0f', 'n/a'):>12}"
+              f"{cell(o.faults_per_token, '.2f', 'n/a'):>12}{o.tps:>9.1f}")
         if o.tokens != o.server_tokens:
             print(f"  note: {o.tokens} tokens counted here, {o.server_tokens} by the server")
     return 0

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from statistics import fmean
 
+from benchmarks.cells import cell
 from benchmarks.trace_file import write
 from benchmarks.users_search import free_port, wait_healthy
 from benchmarks.users_vs_closed import cli
@@ -83,9 +84,6 @@ def arm(db: Path, placement: str, workload: tuple[str, ...], level: int) -> dict
     }
 
 
-def _cell(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -134,12 +132,12 @@ def main() -> None:
         resident, budget = mean("resident"), mean("budget")
         share = f"{resident / budget:.0%}" if resident is not None and budget else "-"
         print(f"| {placement} | {workload} | {sum(r['requests'] for r in runs)} | "
-              f"{_cell(mean('prompt'), '.1f')} | {_cell(mean('shared'), '.0%')} | "
-              f"{_cell(mean('hit_rate'), '.0%')} | {_cell(mean('prefill'), '.0f')} + "
-              f"{_cell(mean('decode'), '.0f')} | "
-              f"{_cell((mean('disk_per_request') or 0) / 2**20, '.2f')} MiB | "
-              f"{_cell(mean('disk_per_token'), ',.0f')} | {_cell(mean('page_hit_rate'), '.1%')} | "
-              f"{share} | {_cell(mean('ttft'), ',.0f')} | {_cell(mean('tpot'), '.1f')} |")
+              f"{cell(mean('prompt'), '.1f')} | {cell(mean('shared'), '.0%')} | "
+              f"{cell(mean('hit_rate'), '.0%')} | {cell(mean('prefill'), '.0f')} + "
+              f"{cell(mean('decode'), '.0f')} | "
+              f"{cell((mean('disk_per_request') or 0) / 2**20, '.2f')} MiB | "
+              f"{cell(mean('disk_per_token'), ',.0f')} | {cell(mean('page_hit_rate'), '.1%')} | "
+              f"{share} | {cell(mean('ttft'), ',.0f')} | {cell(mean('tpot'), '.1f')} |")
 
 
 if __name__ == "__main__":
