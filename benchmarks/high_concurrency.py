@@ -122,7 +122,6 @@ def _local_ray(cpus: int) -> Iterator[Cluster]:
         nodes.shutdown()
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="512,1024,2048")

@@ -137,12 +137,18 @@ def first_turns(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if r.turn == 1]
 
 
-def level_name(stats: LevelStats) -> str:
+def level_label(concurrency: int, rate: float | None, speedup: float | None,
+                rate_unit: str = " req/s") -> str:
     """'C=4', 'R=2 req/s' for a rate level, 'X=4' for a trace replayed 4x as fast: how
-    messages name a level."""
-    if stats.speedup is not None:
-        return f"X={stats.speedup:g}"
-    return f"C={stats.concurrency}" if stats.rate is None else f"R={stats.rate:g} req/s"
+    messages and tables name a level from the keys it is stored under."""
+    if speedup is not None:
+        return f"X={speedup:g}"
+    return f"C={concurrency}" if rate is None else f"R={rate:g}{rate_unit}"
+
+
+def level_name(stats: LevelStats) -> str:
+    """A measured level's label (level_label)."""
+    return level_label(stats.concurrency, stats.rate, stats.speedup)
 
 
 def _send_lag(records: Sequence[RequestRecord]) -> SendLag | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from harness.results.metrics import STATISTIC_FIELDS
+from harness.results.metrics import STATISTIC_FIELDS, level_label
 
 
 class TargetsDict(TypedDict):
@@ -227,7 +227,4 @@ def judged(statistic: str) -> JudgedDict:
 def row_name(row: LevelRow) -> str:
     """'C=4', 'R=2' for a rate level, 'X=4' for a timed trace level: how the summary's lines
     name a level."""
-    if (speedup := row.get("speedup")) is not None:
-        return f"X={speedup:g}"
-    rate = row.get("rate")
-    return f"R={rate:g}" if rate is not None else f"C={row['concurrency']}"
+    return level_label(row["concurrency"], row.get("rate"), row.get("speedup"), rate_unit="")

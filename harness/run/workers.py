@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from harness.config import RunConfig
 from harness.records import RequestRecord
 from harness.results.client_check import ClientCheck
+from harness.results.metrics import level_label
 from harness.run import aio, modes
 from harness.run.loop_monitor import LoopMonitor
 from harness.run.modes.base import Commit, LevelOutcome, OnRecord, Pass, Share
@@ -126,19 +127,19 @@ def serve(link: Link, setup: Setup, parent: int | None) -> None:
         runner.run(_serve(link, setup, parent))
 
 
-async def _serve(conn: Link, setup: Setup, parent: int | None) -> None:
+async def _serve(link: Link, setup: Setup, parent: int | None) -> None:
     clock = Clock()
     clock.anchor_wall, clock.anchor_ns = setup.anchor
     sweep = Sweep(setup.config, setup.endpoint, setup.run_id, setup.prompts, clock, setup.line)
     sender = modes.mode_for(setup.config.mode).sender(sweep)
     inbox: asyncio.Queue[tuple[Any, Any]] = asyncio.Queue()
-    _Inbox(conn.incoming, inbox, None)
+    _Inbox(link.incoming, inbox, None)
     watch = asyncio.create_task(_watch_parent(parent)) if parent is not None else None
     try:
         while (message := (await inbox.get())[1]) is not None:
             p: Pass = message[1]
             await sender.warm(p)
-            conn.send(("warm",))
+            link.send(("warm",))
             if (go := (await inbox.get())[1]) is None:
                 return
             assert p.share is not None
@@ -146,10 +147,10 @@ async def _serve(conn: Link, setup: Setup, parent: int | None) -> None:
             monitor = LoopMonitor(sweep.pool.unread_bytes)
             monitor.start()
             outcome = await sender.run_pass(p, _no_commit,
-                                            lambda r: conn.send(("record", r)))
-            conn.send(("done", outcome.cpu_s, outcome.unstored_chunks, monitor.stop()))
+                                            lambda r: link.send(("record", r)))
+            link.send(("done", outcome.cpu_s, outcome.unstored_chunks, monitor.stop()))
     except Exception as exc:  # said by the main process, not as a traceback of this one
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        link.send(("failed", f"{type(exc).__name__}: {exc}"))
     finally:
         if watch is not None:
             watch.cancel()
@@ -369,8 +370,9 @@ class WorkerSender:
             if message is None or message[0] == "failed":
                 how = (f"failed ({message[1]})" if message is not None
                        else f"died ({worker.ended()})")
+                at = level_label(p.level.concurrency, p.level.rate, p.level.speedup)
                 raise WorkerDied(f"load worker {worker.index + 1} of {len(self._active)} "
-                                 f"{how} at {_level(p)}")
+                                 f"{how} at {at}")
             return worker, message
 
     async def warm(self, p: Pass) -> None:
@@ -458,11 +460,3 @@ class WorkerSender:
         for worker in list(self._workers.values()):
             worker.close()
         self._workers.clear()
-
-
-def _level(p: Pass) -> str:
-    if p.level.speedup is not None:
-        return f"X={p.level.speedup:g}"
-    if p.level.rate is not None:
-        return f"R={p.level.rate:g} req/s"
-    return f"C={p.level.concurrency}"

@@ -36,7 +36,14 @@ from harness.config import (
     RunConfig,
 )
 from harness.records import RequestRecord
-from harness.results.metrics import LevelStats, Targets, judge, point, stats_by_level
+from harness.results.metrics import (
+    LevelStats,
+    Targets,
+    judge,
+    level_name,
+    point,
+    stats_by_level,
+)
 from harness.results.search import MAX_SPEEDUP, plan_speedup
 from harness.run import aio
 from harness.run.modes import base
@@ -196,11 +203,7 @@ class _Replay(base.LoadMode):
                       f", {stats.mean_cached_tokens:.0f} found cached by the server")
             parts.append(f"{stats.mean_trace_prefix_tokens:.0f} shared by the trace's blocks"
                          f"{cached}")
-        return [f"{_name(stats)}: {'; '.join(parts)}"] if parts else []
-
-
-def _name(stats: LevelStats) -> str:
-    return f"X={stats.speedup:g}" if stats.speedup is not None else f"C={stats.concurrency}"
+        return [f"{level_name(stats)}: {'; '.join(parts)}"] if parts else []
 
 
 class Timed(_Replay):
