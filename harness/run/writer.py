@@ -1,8 +1,9 @@
 """Commits finished rounds from a separate process, so no database work touches the clock.
 
-Opening and closing the DuckDB file for each round (so readers get in between) costs ~25 ms
-of CPU in DuckDB 2.x. In a thread that would hold the GIL next to the event loop that
-timestamps chunks; in its own process it costs the measurement nothing.
+Opening and closing the DuckDB file for each write (so readers get in between) costs ~25 ms
+of CPU in DuckDB 2.x, so the rounds queued meanwhile go in one write. In a thread that work
+would hold the GIL next to the event loop that timestamps chunks; in its own process it costs
+the measurement nothing.
 
 The run keeps every round until the writer acknowledges it. A writer that dies is started
 again and sent what it had not acknowledged (request ids are unique in the file, so a round
@@ -27,6 +28,7 @@ from harness.results.store import Store
 
 _POLL_S = 0.5
 _FLUSH_POLL_S = 0.01
+_BATCH_ROWS = 2048  # rows at most in one write of queued rounds
 MAX_RESTARTS = 3  # deaths in a row, with nothing acknowledged between them
 
 
@@ -45,12 +47,34 @@ def _serve(db_path: str, lock_timeout_s: float, run_id: str, token_times: bool,
             continue
         if item is None:
             return
-        seq, batch = item
+        seqs, rows, last = _queued(item, inbox)
         try:
-            store.write_requests(run_id, batch, token_times)
-            acks.put((seq, None))
+            store.write_requests(run_id, rows, token_times)
+            error = None
         except Exception as exc:
-            acks.put((seq, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        for seq in seqs:
+            acks.put((seq, error))
+        if last:
+            return
+
+
+def _queued(first: tuple[int, list[RequestRecord]],
+            inbox: mp.Queue) -> tuple[list[int], list[RequestRecord], bool]:
+    """`first` and the rounds queued behind it, up to _BATCH_ROWS rows, for one transaction
+    (a round's own costs ~25 ms, which rounds of a few short requests outrun); and whether
+    the end was queued among them."""
+    seqs, rows = [first[0]], list(first[1])
+    while len(rows) < _BATCH_ROWS:
+        try:
+            item = inbox.get_nowait()
+        except queue.Empty:
+            break
+        if item is None:
+            return seqs, rows, True
+        seqs.append(item[0])
+        rows += item[1]
+    return seqs, rows, False
 
 
 class WriterError(RuntimeError):
