@@ -29,6 +29,8 @@ from runners.lifecycle import ServerDied
 
 EXIT_FAILED = 1  # the run started and stopped as failed, what it measured kept
 EXIT_ABORTED = 130
+_DEATH_GRACE_S = 10.0  # how long a failed run waits for a managed server that stopped answering
+# to end, so that its crash, not the refused connections, is what the run says
 
 
 @contextlib.contextmanager
@@ -44,8 +46,8 @@ def _target(config: RunConfig, console: Console) -> Iterator[str]:
         try:
             yield server.url
         except Exception:  # a death explains whatever failed after it
-            if server.death:
-                raise ServerDied(server.death) from None
+            if death := server.death_within(_DEATH_GRACE_S):
+                raise ServerDied(death) from None
             raise
         if server.death:  # its requests failed and are stored; the run did not complete
             raise ServerDied(server.death)

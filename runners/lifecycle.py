@@ -165,6 +165,15 @@ class ManagedServer:
         self.death = (f"{self.name} {how} during the run; its log ends: "
                       f"{_tail(self.log_path) if self.log_path else ''} (log: {self.log_path})")
 
+    def death_within(self, grace_s: float) -> str | None:
+        """How it died, waiting up to `grace_s` for that while it no longer answers /health:
+        a server shutting down after a crash (vLLM's, once its engine died) refuses
+        connections a while before its process ends. None while it is healthy."""
+        deadline = time.monotonic() + grace_s
+        while self.death is None and time.monotonic() < deadline and not self._healthy():
+            time.sleep(0.2)
+        return self.death
+
     def stop(self) -> None:
         """SIGTERM to the group (the server shuts down cleanly), SIGKILL if it hangs; then
         whatever is left in the group (children of a server that died first) is killed."""

@@ -30,15 +30,25 @@ class Mock(ManagedEngine):
     name = "mock"
     help = "the harness's mock server"
     title = "the mock server"
+    script = 'exec "$0" -m harness.mock_server "$@"'
 
     def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
         return (self.name, "--ttft-ms", "5", "--itl-ms", "1")
 
     def serve(self, server_args: Sequence[str],
               say: Say) -> contextlib.AbstractContextManager[ManagedServer]:
-        say("starting the mock server")
-        return ManagedServer([sys.executable, "-m", "harness.mock_server", *server_args[1:]],
+        say(f"starting {self.title}")
+        return ManagedServer(["bash", "-c", self.script, sys.executable, *server_args[1:]],
                              self.title, startup_timeout_s=60)
+
+
+class Crashing(Mock):
+    """A server that crashes as vLLM's does when its engine dies: it stops listening (here
+    6 s after its start, mid-run), and its process ends 5 s later."""
+
+    name = "crashing"
+    title = "the crashing server"
+    script = '"$0" -m harness.mock_server "$@" & sleep 6; kill -9 $!; sleep 5; exit 3'
 
 
 def _config(tmp_path, *flags: str):
@@ -100,3 +110,26 @@ def test_an_engine_added_to_the_registry_alone_serves_a_run(tmp_path, monkeypatc
     config = StoredRun.from_json(run.config).config
     assert config is not None and config.server_args[0] == "mock"
     assert engines.engine_of(config.server_args).title == "the mock server"
+
+
+def test_a_managed_server_that_stops_listening_before_it_exits_fails_the_run_as_its_crash(
+        tmp_path, monkeypatch, capsys):
+    """The run's next round finds no listener while the process still runs: the run waits
+    for its end and says how it ended, not that the server stopped answering."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(engines.ENGINES, "crashing", Crashing())
+    db = tmp_path / "b.duckdb"
+    try:
+        code = cli.main(["run", "--bundled", "crashing", "--device", "cpu", "--levels", "1",
+                         "--rounds", "100000", "--input-tokens", "16", "--output-tokens", "8",
+                         "--db", str(db), "--no-progress"])
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+    assert code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("engram-bench: error: the crashing server exited with code 3 "
+                            "during the run; its log ends: "), error
+    [run] = Store(db).runs()
+    assert run.status == "failed" and "exited with code 3" in (run.error or "")
+    assert Store(db).requests(run.run_id)  # what it measured before is kept
