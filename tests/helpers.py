@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+import pytest
 
 from harness.config import RunConfig
 from harness.mock_server import ThreadedMockServer
@@ -78,19 +81,36 @@ def stored_rows(db: Path) -> int:
     one)."""
     if not db.exists():
         return 0
-    runs = Store(db).runs()
-    return len(Store(db).requests(runs[0].run_id)) if runs else 0
+    store = Store(db)
+    runs = store.runs()
+    return len(store.requests(runs[0].run_id)) if runs else 0
 
 
 def wait_while_running(condition: Callable[[], object], proc: subprocess.Popen, what: str,
                        timeout_s: float = 60, poll_s: float = 0.05) -> None:
     """Wait until `condition()` holds while `proc` goes on running: a process that ends
-    first fails the test with its output, a condition that never holds with `what`."""
+    first fails the test with its whole output and the end of each log it names (a server's,
+    whose crash would explain it), a condition that never holds with `what`."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert proc.poll() is None, proc.communicate()
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the process ended with exit {proc.returncode} before {what}:\n"
+                        f"{out}{err}{_named_logs(out + err)}", pytrace=False)
         assert time.monotonic() < deadline, f"{what} did not happen"
         time.sleep(poll_s)
+
+
+def _named_logs(output: str, lines: int = 40) -> str:
+    """The last `lines` of each log file that `output` names as `(log: PATH)` or `(log PATH)`
+    (a relative path from the repository root, as the CLI prints them)."""
+    tails = []
+    for name in dict.fromkeys(re.findall(r"\(log:? ([^)\s]+)\)", output)):
+        path = ROOT / name
+        if path.is_file():
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"\n--- the end of {name} ---\n" + "\n".join(tail))
+    return "".join(tails)
 
 
 def processes(read: Callable[[Path], T]) -> dict[int, T]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.results.store import Store
-from tests.helpers import ROOT, processes, run_cli
+from tests.helpers import ROOT, processes, run_cli, stored_rows, wait_while_running
 
 TINY = ("--preset", "tiny", "--table-gb", "0.004", "--output-tokens", "4",
         "--input-tokens", "32", "--no-progress")
@@ -63,12 +63,8 @@ def test_ctrl_c_and_kill_leave_no_server_behind(tmp_path):
             [sys.executable, "-m", "engram_bench", "run", "--device", "cpu", "--levels", "1",
              "--rounds", "1000", "--db", str(db), *TINY], cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while not (db.exists() and Store(db).runs() and Store(db).done_rounds(
-                Store(db).runs()[-1].run_id)):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_while_running(lambda db=db: stored_rows(db), proc, "a stored round", timeout_s=120,
+                           poll_s=0.2)
         assert servers_in(tmp_path)
         proc.send_signal(sig)
         proc.communicate(timeout=60)

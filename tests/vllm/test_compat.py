@@ -31,7 +31,7 @@ from harness.wire.endpoint import Endpoint
 from runners.vllm import setup
 from runners.vllm.model import MARKER, TinyLlama
 from runners.vllm.server import server_args, vllm_server
-from tests.helpers import ROOT, group_alive, run_cli
+from tests.helpers import ROOT, group_alive, run_cli, stored_rows, wait_while_running
 
 pytestmark = pytest.mark.vllm
 
@@ -123,12 +123,10 @@ def test_vllm_killed_mid_sweep_fails_the_run_with_its_log_and_leaves_nothing(tmp
          "--levels", "1,2", "--rounds", "20", "--db", str(db), "--no-progress"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 240
-        while not (db.exists() and (runs := Store(db).runs())
-                   and Store(db).done_rounds(runs[-1].run_id)):
-            assert cli.poll() is None, cli.communicate()
-            assert time.monotonic() < deadline, "no round finished within 240 s"
-            time.sleep(0.2)
+        # read every half second: each read holds the file's lock for a while, which the
+        # run's writer waits out, on a CPU that vLLM's threads keep busy
+        wait_while_running(lambda: stored_rows(db), cli, "a stored round", timeout_s=240,
+                           poll_s=0.5)
         [server] = processes(b"vllm.entrypoints.openai.api_server", parent=cli.pid)
         assert len(group_alive(server)) >= 3  # the API server, its engine core and worker
         os.kill(server, signal.SIGKILL)
