@@ -165,10 +165,12 @@ def test_token_times_match_the_servers_own_chunk_writes(sweep):
         assert record.itl_p50_ms == pytest.approx(gaps[math.ceil(len(gaps) / 2) - 1], abs=0.3)
         assert record.chunk_gap_mean_ms == pytest.approx(
             (writes[-1][0] - writes[0][0]) * 1000 / 15, abs=0.3)
-        # one late read on a busy 2-core machine moves a single gap by over 1 ms; the seeded
-        # jitter spreads the gaps over 8 ms, so 3 ms still tells the widest one
-        widest = max((b[0] - a[0]) * 1000 for a, b in itertools.pairwise(writes))
-        assert record.max_gap_ms == pytest.approx(widest, abs=3.0)
+        # the widest gap is the stream's own: one late read on a busy machine moves a single
+        # gap by milliseconds, so the server's widest is no bound for it (bench-harness
+        # measures that against the server's clock)
+        arrivals = [c["t_ns"] for c in rows if c["request_id"] == record.request_id]
+        widest = max(b - a for a, b in itertools.pairwise(sorted(arrivals))) / 1e6
+        assert record.max_gap_ms == pytest.approx(widest, abs=1e-3)
 
 
 def test_the_summary_names_token_timing_per_level_and_the_json_agrees_with_the_view(sweep):
