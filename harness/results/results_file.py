@@ -133,7 +133,9 @@ class ResultsFile:
                 if self._stopped is not None and self._stopped():
                     raise KeyboardInterrupt from None
                 time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                # tried again often: a reader that polls (a test, `watch summary`) holds
+                # the file for ~20 ms at a time, and a writer must find a gap between
+                delay = min(delay * 2, 0.1)
             except duckdb.Error as exc:
                 raise StoreError(f"cannot open {self.path}: {str(exc).splitlines()[0]}") from None
             else:
