@@ -167,8 +167,8 @@ class ManagedServer:
 
     def death_within(self, grace_s: float) -> str | None:
         """How it died, waiting up to `grace_s` for that while it no longer answers /health:
-        a server shutting down after a crash (vLLM's, once its engine died) refuses
-        connections a while before its process ends. None while it is healthy."""
+        a server shutting down after a crash may refuse connections a while before its
+        process ends. None while it is healthy."""
         deadline = time.monotonic() + grace_s
         while self.death is None and time.monotonic() < deadline and not self._healthy():
             time.sleep(0.2)
