@@ -91,7 +91,10 @@ def test_counting_off_the_loop_leaves_other_requests_served_meanwhile(start_mock
     """With `count_off_loop`, a prompt that takes long to count holds up no other request:
     one sent while it is counted gets its first token first."""
     server = start_mock(tokenizer=str(TOKENIZER), count_off_loop=True, ttft_ms=0)
-    long_text = "The quick brown fox jumps over the lazy dog, twice: quickly! " * 2000
+    # ~180,000 tokens: counted in ~0.4 s here, so the short request (a new connection from
+    # this thread) is served while it is counted even on a loaded runner (at 30,000 tokens,
+    # ~70 ms, the short one once came 11 ms after it)
+    long_text = "The quick brown fox jumps over the lazy dog, twice: quickly! " * 12000
 
     def ask(request_id: str, text: str) -> None:
         body = {"model": "mock-model", "messages": [{"role": "user", "content": text}],
