@@ -2,6 +2,7 @@
 
 import json
 import socket
+import threading
 import time
 
 import httpx
@@ -164,8 +165,14 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server, bod
     assert ok.status_code == 200
 
 
-def test_queue_full_is_503_with_retry_after(tmp_path):
+def test_queue_full_is_503_with_retry_after(tmp_path, monkeypatch):
     runtime = Runtime(options(tmp_path, max_running=1, max_waiting=1))
+    # the engine's steps wait while the queue is filled, so the running request cannot end
+    # and free its place first (200 tokens took ~1.3 s, and a loaded runner once outran it)
+    steps_go = threading.Event()
+    run_step = runtime.engine._run
+    monkeypatch.setattr(runtime.engine, "_run",
+                        lambda step: (steps_go.wait(30), run_step(step))[1])
     with LiveServer(runtime) as live:
         body = {"model": "tiny", "prompt": "a", "max_tokens": 200, "ignore_eos": True,
                 "stream": True}
@@ -174,6 +181,7 @@ def test_queue_full_is_503_with_retry_after(tmp_path):
                        for _ in range(2)]
             responses = [h.__enter__() for h in holders]  # one running, one waiting
             third = http.post(live.url + "/v1/completions", json=body)
+            steps_go.set()
             assert third.status_code == 503 and third.headers["retry-after"] == "1"
             assert third.json()["error"]["code"] == "queue_full"
             for h, r in zip(holders, responses, strict=True):
