@@ -101,18 +101,37 @@ def test_make_bench_quick_on_a_fresh_checkout(tmp_path):
     assert Store(db).server_stats(run.run_id)
 
 
+def servers_tagged(tag: bytes) -> list[int]:
+    """Bundled-server processes that carry `tag` in their environment: the ones a command
+    started, apart from those of tests that run beside it in the same checkout."""
+    def serves_for(entry: Path) -> bool:
+        cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        return b"runners.engram" in cmd and tag in (entry / "environ").read_bytes().split(b"\0")
+
+    return [pid for pid, serving in processes(serves_for).items() if serving]
+
+
 def test_make_bench_drives_an_external_endpoint(mock_process, tmp_path):
     url = mock_process("--ttft-ms", "5", "--itl-ms", "1")
     db = tmp_path / "bench.duckdb"
-    proc = subprocess.run(["make", "bench", f"URL={url}", "MODEL=mock-model",
-                           "DEVICE=rtx-pro-6000", "PLACEMENT=host", "QUICK=1", f"DB={db}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    tag = f"ENGRAM_BENCH_TEST_TAG={tmp_path}"
+    log = tmp_path / "make.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(["make", "bench", f"URL={url}", "MODEL=mock-model",
+                                 "DEVICE=rtx-pro-6000", "PLACEMENT=host", "QUICK=1", f"DB={db}"],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "ENGRAM_BENCH_TEST_TAG": str(tmp_path)})
+        started, deadline = [], time.monotonic() + 300
+        while proc.poll() is None:  # a bundled server lives as long as its run: look meanwhile
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            started += servers_tagged(tag.encode())
+            time.sleep(0.05)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    assert not started  # no bundled server was started for an external URL
     run = Store(db).runs()[0]
     assert (run.device, run.engine, run.table_placement, run.target_url) == (
         "rtx-pro-6000", "mock", "host", url)
     assert len(Store(db).requests(run.run_id)) == 1 * 2 + 2 * 2
-    assert not servers_in(ROOT)  # no bundled server was started for an external URL
 
 
 def test_a_port_taken_meanwhile_is_retried_on_another(tmp_path, monkeypatch):
