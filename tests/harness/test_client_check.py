@@ -24,12 +24,16 @@ def _monitored(blocking_s: float, blocks: int) -> object:
 
 
 def test_a_loop_held_by_callbacks_is_client_bound_and_an_idle_one_is_not():
-    idle = _monitored(0.0, 10)
+    # An idle loop is flagged only when the machine keeps it from a CPU: a preemption of 20 ms
+    # and more is its lag too. So it gets 3 s (~150 timer fires), and 3 tries on a busy runner.
+    idles = []
+    while len(idles) < 3 and (not idles or idles[-1].client_bound):
+        idles.append(_monitored(0.0, 100))
     held = _monitored(0.05, 10)
-    assert not idle.client_bound
+    assert not idles[-1].client_bound, idles
     assert held.client_bound
     assert held.loop_lag_max_ms >= 40 and held.loop_lag_p99_ms >= 40
-    assert held.cpu_share is not None and idle.unread_bytes_max == 0
+    assert held.cpu_share is not None and idles[-1].unread_bytes_max == 0
 
 
 def test_every_level_stores_its_self_check_and_the_summary_shows_it(sweep):
