@@ -9,12 +9,14 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 
 import duckdb
 import pytest
 
 from engram_bench.cli import main
 from explorer import data
+from harness.results.results_file import HEADER_WAIT_S
 from harness.results.run_row import RunRow
 from harness.results.store import Store, StoreError
 from runners.lifecycle import free_port
@@ -89,6 +91,34 @@ def test_a_sqlite_file_is_refused_and_no_extension_is_fetched(tmp_path, store,
     with store.read_only() as con, pytest.raises(duckdb.Error):
         con.execute(f"SELECT * FROM sqlite_scan('{lite}', 'runs')").fetchall()
     assert extension_repository == []
+
+
+def test_a_file_read_while_another_process_creates_it_is_waited_for(store, tmp_path):
+    """DuckDB creates the file a moment before it writes the header: a reader that comes in
+    between reads the runs once the header is there, not 'not a DuckDB results file'."""
+    creating = tmp_path / "creating.duckdb"
+    creating.touch()
+    whole = store.path.read_bytes()
+
+    def create() -> None:
+        time.sleep(0.3)
+        creating.write_bytes(whole)
+
+    writer = threading.Thread(target=create)
+    writer.start()
+    try:
+        assert [r.run_id for r in Store(creating).runs()] == ["run-a"]
+    finally:
+        writer.join()
+
+
+def test_an_empty_file_no_one_writes_is_refused_after_the_wait(tmp_path, capsys):
+    empty = tmp_path / "empty.duckdb"
+    empty.touch()
+    started = time.monotonic()
+    assert main(["summary", "--db", str(empty)]) == 2
+    assert time.monotonic() - started >= HEADER_WAIT_S
+    assert f"{empty} is not a DuckDB results file" in capsys.readouterr().err
 
 
 def test_a_file_a_newer_version_wrote_is_refused_and_left_as_it_is(store, capsys):
