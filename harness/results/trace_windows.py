@@ -38,8 +38,10 @@ def trace_windows(records: Sequence[RequestRecord], speedup: float,
                   width_s: float | None = None) -> list[TraceWindow]:
     """The level's requests by the window of trace time they were due in (their scheduled
     send over the level's first, times the speedup), every window from the first to the last
-    listed, empty ones too."""
-    timed = sorted((r.scheduled_at, r) for r in records if r.scheduled_at is not None)
+    listed, empty ones too. Requests due at the same moment (a trace's many at one
+    millisecond) are ordered by their own order, never compared."""
+    timed = sorted(((r.scheduled_at, r) for r in records if r.scheduled_at is not None),
+                   key=lambda sr: sr[0])
     if not timed:
         return []
     origin = timed[0][0]
