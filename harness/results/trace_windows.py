@@ -17,12 +17,16 @@ _STEPS = (10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800
 
 @dataclass(slots=True, frozen=True)
 class TraceWindow:
-    """One window of trace time: from `start_s` on the trace's clock, `width_s` long."""
+    """One window of trace time: from `start_s` on the trace's clock, `width_s` long. The
+    level's trace time ends at its last arrival, so the last window may end before its
+    width: its rate is over the part it covers."""
 
     start_s: float
     width_s: float
     requests: int  # arrivals in it, on the trace's clock
-    arrival_rate: float  # ... per second of the replay (the trace's rate x the speedup)
+    # ... per second of the replay (the trace's rate x the speedup); None for a last window
+    # of no width (its arrivals all at the level's last instant)
+    arrival_rate: float | None
     errors: int
     mean_ttft_ms: float | None
     mean_tpot_ms: float | None
@@ -39,20 +43,25 @@ def trace_windows(records: Sequence[RequestRecord], speedup: float,
     """The level's requests by the window of trace time they were due in (their scheduled
     send over the level's first, times the speedup), every window from the first to the last
     listed, empty ones too. Requests due at the same moment (a trace's many at one
-    millisecond) are ordered by their own order, never compared."""
-    timed = sorted(((r.scheduled_at, r) for r in records if r.scheduled_at is not None),
-                   key=lambda sr: sr[0])
+    millisecond) are all counted."""
+    timed = sorted((r for r in records if r.scheduled_at is not None),
+                   key=lambda r: r.scheduled_at or 0.0)
     if not timed:
         return []
-    origin = timed[0][0]
-    at = [((s - origin) * speedup, r) for s, r in timed]
-    width = width_s or window_width(at[-1][0])
-    buckets: list[list[RequestRecord]] = [[] for _ in range(int(at[-1][0] // width) + 1)]
-    for t, r in at:
+    origin = timed[0].scheduled_at or 0.0
+    at = [((r.scheduled_at or 0.0) - origin) * speedup for r in timed]
+    span = at[-1]
+    width = width_s or window_width(span)
+    buckets: list[list[RequestRecord]] = [[] for _ in range(int(span // width) + 1)]
+    for t, r in zip(at, timed, strict=True):
         buckets[int(t // width)].append(r)
-    return [TraceWindow(
-        start_s=k * width, width_s=width, requests=len(rs),
-        arrival_rate=len(rs) / (width / speedup), errors=sum(1 for r in rs if not r.ok),
-        mean_ttft_ms=mean([r.ttft_ms for r in rs if r.ok and r.ttft_ms is not None]),
-        mean_tpot_ms=mean([r.tpot_ms for r in rs if r.tpot_ms is not None]))
-        for k, rs in enumerate(buckets)]
+    windows = []
+    for k, rs in enumerate(buckets):
+        real = min(width, span - k * width)  # the last window ends at the last arrival
+        windows.append(TraceWindow(
+            start_s=k * width, width_s=width, requests=len(rs),
+            arrival_rate=len(rs) / (real / speedup) if real > 0 else None,
+            errors=sum(1 for r in rs if not r.ok),
+            mean_ttft_ms=mean([r.ttft_ms for r in rs if r.ok and r.ttft_ms is not None]),
+            mean_tpot_ms=mean([r.tpot_ms for r in rs if r.tpot_ms is not None])))
+    return windows

@@ -34,9 +34,10 @@ def test_run_page_shows_the_sustained_speedup_and_the_traces_time(monkeypatch, t
     assert list(per_level["prompt tokens shared (trace)"]) == pytest.approx([25.0] * 4, abs=1)
     timeline = json.loads(at.get("plotly_chart")[-1].proto.spec)
     bars = next(t for t in timeline["data"] if t["type"] == "bar")
-    # the 4x level (the one sustained) over trace time in 10 s windows: the burst in 20-30 s
+    # the 4x level (the one sustained) over trace time in 10 s windows: the burst in 20-30 s;
+    # the last window's rate over the 8 s its arrivals reach (50 s to the last, at 58 s)
     assert bars["y"] == pytest.approx([5 * 4 / 10, 5 * 4 / 10, 10 * 4 / 10, 0.0, 5 * 4 / 10,
-                                       5 * 4 / 10])
+                                       5 * 4 / 8])
     assert "trace time" in timeline["layout"]["xaxis"]["title"]["text"]
     at.selectbox(key="trace_speedup").set_value(1.0).run()
     slow = json.loads(at.get("plotly_chart")[-1].proto.spec)

@@ -43,3 +43,17 @@ def test_a_trace_whose_requests_share_a_timestamp_is_run_and_summarised(tmp_path
     again = run_cli("summary", "--db", db, "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["trace_windows"] == summary["trace_windows"]
+
+
+def test_the_last_windows_rate_is_over_the_part_of_it_the_level_reached():
+    """20 requests a second over the last 4 s of a 10 s window read 20 a second, not 8."""
+    steady = [k * 1.0 for k in range(10)]  # one a second over the first window
+    burst = [10.0 + k * 0.05 for k in range(81)]  # 20 a second from 10 s to 14 s
+    replayed = [t / 2 for t in (*steady, *burst)]  # at twice the trace's speed
+    windows = trace_windows(_due(*replayed), speedup=2.0, width_s=10.0)
+    assert [w.requests for w in windows] == [10, 81]
+    assert windows[0].arrival_rate == pytest.approx(1.0 * 2)
+    assert windows[1].arrival_rate == pytest.approx(81 / 4.0 * 2)
+    alone = trace_windows(_due(0.0, 5.0, 10.0), speedup=1.0, width_s=10.0)
+    assert [w.requests for w in alone] == [2, 1]
+    assert alone[1].arrival_rate is None  # a window of no width has no rate
