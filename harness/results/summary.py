@@ -152,7 +152,7 @@ class TraceWindowDict(TypedDict):
     start_s: float
     width_s: float
     requests: int
-    arrival_rate: float
+    arrival_rate: float | None  # None: a last window of no width
     errors: int
     mean_ttft_ms: float | None
     mean_tpot_ms: float | None
