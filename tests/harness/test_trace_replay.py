@@ -225,6 +225,21 @@ def test_the_blocks_of_one_pass_are_its_own(tmp_path):
     assert one.prompt([7, 8], 20, 30, -1).startswith(one.prompt([7], 20, 20, -1))
 
 
+def test_no_hash_id_names_another_requests_own_text(sweep, tmp_path):
+    """A request without ids has text of its own: an id of another request, even a negative
+    one, is a block of its own, not that text."""
+    path = _write(tmp_path / "negative.jsonl", [
+        json.dumps({"timestamp": 0, "input_length": 100, "output_length": 4}),
+        json.dumps({"timestamp": 50, "input_length": 100, "output_length": 4,
+                    "hash_ids": [-2]})])
+    run = sweep({"log_prompts": True}, mode="trace", levels=(), trace=str(path),
+                speedups=(1.0,), trace_block_tokens=100)
+    texts = {int(t.request_id.rsplit("-k", 1)[1]) + 1: t.prompt[0] for t in _log(run.server)}
+    assert _common(texts[1], texts[2]) < 10, texts
+    assert [r.trace_prefix_tokens for r in sorted(run.records, key=lambda r: r.trace_line)] \
+        == [None, 0]
+
+
 def test_a_sweep_draws_its_lengths_from_a_trace(sweep, tmp_path):
     path, rows = _mooncake(tmp_path / "mooncake.jsonl", n=12, seed=7)
     run = sweep({"tokenizer": str(TOKENIZER_PATH)}, levels=(1, 2), rounds=4,

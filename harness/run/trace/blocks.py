@@ -6,7 +6,9 @@ block of natural text (runs of words of the project's corpus, drawn from a gener
 the run's seed, the pass and the id), as many pieces (words and punctuation marks) as the
 block's tokens need; a prompt is its blocks in order, the last cut where the prompt's length
 ends. Nothing is put in front of the blocks, so equal ids are equal text at the same offset. A
-request without ids gets text of its own the same way (an id of its own).
+request's text past its ids (all of it, for one without ids) is drawn the same way from a
+generator of its own, seeded apart from the ids', so no hash id (a negative one included)
+names another request's text.
 
 How many pieces make a token is the server's to say: a `TokenLine` (harness.run.workload)
 is fitted to what it counts, a prompt's tokens being a fixed part (the chat template's) plus
@@ -45,16 +47,18 @@ class BlockText:
 
     def __init__(self, seed: int, epoch: str) -> None:
         self.seed = _seed(seed, epoch)
+        self.own_seed = _seed(seed, f"{epoch}:own")  # a request's own text: no id draws it
         self._block = functools.lru_cache(maxsize=4096)(self._draw)
 
-    def _draw(self, block_id: int, count: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        """`count` pieces' worth of words (a word may end a little past it) for `block_id`,
-        and each word's pieces: runs of RUN_WORDS corpus words, the first run's start
-        distinct for consecutive ids."""
+    def _draw(self, seed: int, block_id: int, count: int
+              ) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """`count` pieces' worth of words (a word may end a little past it) for `block_id`
+        of the space `seed` draws, and each word's pieces: runs of RUN_WORDS corpus words,
+        the first run's start distinct for consecutive ids."""
         words, sizes = corpus_words()
         n = len(words)
-        rng = random.Random(self.seed ^ (block_id * 0x9E3779B97F4A7C15 & (2**64 - 1)))
-        start = spread(self.seed, block_id, n)
+        rng = random.Random(seed ^ (block_id * 0x9E3779B97F4A7C15 & (2**64 - 1)))
+        start = spread(seed, block_id, n)
         out: list[int] = []
         total = 0
         while total < count:
@@ -69,15 +73,16 @@ class BlockText:
     def prompt(self, ids: Sequence[int], block_pieces: int, content_pieces: int,
                own_id: int) -> str:
         """Blocks `ids` in order (each `block_pieces` long), cut at `content_pieces`; past the
-        last block, text of `own_id` fills what the ids do not cover."""
+        last block, the request's own text (`own_id`, its own whatever ids other requests
+        give) fills what the ids do not cover."""
         out: list[str] = []
         left = content_pieces
         for block_id in ids:
             if left <= 0:
                 break
-            left = _cut(*self._block(block_id, block_pieces), left, out)
+            left = _cut(*self._block(self.seed, block_id, block_pieces), left, out)
         if left > 0:
-            _cut(*self._block(own_id, left), left, out)
+            _cut(*self._block(self.own_seed, own_id, left), left, out)
         return " ".join(out)
 
 

@@ -105,7 +105,7 @@ class PassRequests:
             return r.messages
         block = self.line.block_pieces(block_tokens(self.config))
         text = self.blocks.prompt(r.hash_ids, block, self.line.content_pieces(s.input_tokens),
-                                  own_id=-1 - r.line)
+                                  own_id=r.line)
         return ({"role": "user", "content": text},)
 
     def body(self, index: int, history: Sequence[Turn] = ()) -> tuple[dict, str]:
