@@ -149,8 +149,11 @@ async def _serve(link: Link, setup: Setup, parent: int | None) -> None:
             outcome = await sender.run_pass(p, _no_commit,
                                             lambda r: link.send(("record", r)))
             link.send(("done", outcome.cpu_s, outcome.unstored_chunks, monitor.stop()))
+    except BrokenPipeError:  # the main process is gone (killed): none is left to tell
+        return
     except Exception as exc:  # said by the main process, not as a traceback of this one
-        link.send(("failed", f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(BrokenPipeError):  # ... unless it is gone meanwhile
+            link.send(("failed", f"{type(exc).__name__}: {exc}"))
     finally:
         if watch is not None:
             watch.cancel()

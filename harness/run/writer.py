@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from common import orphaned_queues
 from harness.records import RequestRecord
 from harness.results.store import Store
 
@@ -43,6 +44,7 @@ def _serve(db_path: str, lock_timeout_s: float, run_id: str, token_times: bool,
             item = inbox.get(timeout=_POLL_S)
         except queue.Empty:
             if os.getppid() != parent:  # parent killed: what was queued is written, so stop
+                orphaned_queues.release(inbox, acks)
                 return
             continue
         if item is None:

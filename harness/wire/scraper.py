@@ -17,6 +17,7 @@ import queue
 import signal
 import time
 
+from common import orphaned_queues
 from harness.results.server_metrics import MetricRow, NotPrometheus, Snapshot, aggregate, parse
 from harness.wire.client import WireError, get
 from harness.wire.endpoint import Endpoint
@@ -91,6 +92,7 @@ def _serve(endpoint: Endpoint, inbox: mp.Queue, outbox: mp.Queue, parent: int) -
                 command = inbox.get(timeout=wait)
             except queue.Empty:
                 if os.getppid() != parent:
+                    orphaned_queues.release(inbox, outbox)
                     return
                 if level is not None:
                     sample()

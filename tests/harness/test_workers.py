@@ -109,6 +109,32 @@ def test_a_killed_worker_fails_the_run_in_one_sentence_and_resume_completes_it(
         (rnd, w) for rnd in range(40) for w in range(8)]
 
 
+def test_workers_whose_main_process_is_killed_end_quietly(mock_process, tmp_path):
+    """kill -9 of the main process mid-level: its load workers (and the writer and scraper
+    beside them) end on their own, and what they inherited as stderr, the main process's,
+    holds no traceback and no warning of semaphores left behind."""
+    url = mock_process("--ttft-ms", "20", "--itl-ms", "5")
+    db = tmp_path / "b.duckdb"
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engram_bench", "run", "--url", url, "--levels", "8",
+             "--rounds", "400", "--workers", "2", "--output-tokens", "16", "--input-tokens",
+             "16", "--db", str(db), "--no-progress"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    wait_while_running(lambda: stored_rows(db) >= 16, proc, "two rounds stored")
+    assert len(_worker_pids(proc.pid)) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group_alive(proc.pid), "a process of the killed run is left"
+    said = err_path.read_text()
+    assert "Traceback" not in said and "Error" not in said, said
+    assert "leaked" not in said, said
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (("--workers", "0"), "--workers: must be a positive integer or auto, not '0'"),
     (("--workers", "-2"), "--workers: must be a positive integer or auto"),
