@@ -21,6 +21,7 @@ from harness.results.schema import (
     SCHEMA,
     SCHEMA_VERSION,
     STAMP,
+    UnknownVersion,
     file_version,
     has_schema,
     outdated,
@@ -178,7 +179,12 @@ class ResultsFile:
         con = self._open(read_only, create)
         try:
             if not self._upgraded:
-                if (version := file_version(con)) > SCHEMA_VERSION:
+                try:
+                    version = file_version(con)
+                except UnknownVersion as exc:
+                    raise StoreError(f"{self.path} is not a results file engram-bench can "
+                                     f"read: its schema_version table {exc}") from None
+                if version > SCHEMA_VERSION:
                     raise StoreError(f"{self.path} was written by a newer engram-bench (schema "
                                      f"version {version}, this one knows up to "
                                      f"{SCHEMA_VERSION}): upgrade engram-bench to open it")

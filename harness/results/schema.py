@@ -66,9 +66,24 @@ def has_schema(con: duckdb.DuckDBPyConnection, table: str = "runs") -> bool:
     return bool(found and found[0])
 
 
+class UnknownVersion(ValueError):
+    """The file's schema_version table holds no version an engram-bench writes; the message
+    says what it holds, to follow "its schema_version table"."""
+
+
 def file_version(con: duckdb.DuckDBPyConnection) -> int:
-    """The schema version stamped in the file; 0 for one written before versions."""
+    """The schema version stamped in the file; 0 for one written before versions.
+    UnknownVersion for a stamp that is not a whole number (a VARCHAR '4', say)."""
     if not has_schema(con, "schema_version"):
         return 0
-    found = con.execute("SELECT max(version) FROM schema_version").fetchone()
-    return found[0] if found and found[0] is not None else 0
+    try:
+        found = con.execute("SELECT max(version), typeof(max(version)) "
+                            "FROM schema_version").fetchone()
+    except duckdb.BinderException:
+        raise UnknownVersion("has no column named version") from None
+    version, kind = found if found else (None, None)
+    if version is None:
+        return 0
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise UnknownVersion(f"holds {version!r} ({kind}), not a whole number")
+    return version

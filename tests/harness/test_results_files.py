@@ -135,6 +135,21 @@ def test_a_file_a_newer_version_wrote_is_refused_and_left_as_it_is(store, capsys
         assert con.execute("SELECT answer FROM turns").fetchall() == [(42,)]
 
 
+@pytest.mark.parametrize(("table", "said"), [
+    ("(version VARCHAR); INSERT INTO schema_version VALUES ('4')", "holds '4' (VARCHAR)"),
+    ("(version DOUBLE); INSERT INTO schema_version VALUES (4.5)", "holds 4.5 (DOUBLE)"),
+    ("(v INTEGER); INSERT INTO schema_version VALUES (4)", "has no column named version"),
+])
+def test_a_schema_version_that_is_no_whole_number_is_one_sentence(store, capsys, table, said):
+    with duckdb.connect(str(store.path)) as con:  # as another tool, or a hand, left it
+        con.execute(f"DROP TABLE schema_version; CREATE TABLE schema_version {table}")
+    with pytest.raises(StoreError, match="its schema_version table"):
+        Store(store.path).runs()
+    assert main(["summary", "--db", str(store.path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{store.path} is not a results file engram-bench can read" in err and said in err
+
+
 def test_a_write_to_a_deleted_file_is_refused_and_the_file_held_open_is_put_back(store):
     records = make_records(levels=(1,))
     store.write_requests("run-a", records[:1])
