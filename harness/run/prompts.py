@@ -69,11 +69,19 @@ class Prompts(Protocol):
 
     def digest(self) -> str: ...
 
+    def changed(self, digest: str) -> str | None:
+        """None when `digest`, stored as a run began, is this source's; else what changed, a
+        clause naming it ("prompts file p.jsonl has changed")."""
+
     def describe(self) -> str: ...
 
 
 def _digest(items: tuple[str, ...]) -> str:
     return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
+
+
+def _changed(source: Prompts, digest: str, what: str) -> str | None:
+    return None if digest == source.digest() else f"{what} has changed"
 
 
 def pieces(text: str) -> int:
@@ -119,6 +127,9 @@ class RandomWords:
     def digest(self) -> str:
         return _digest(("bag", *_WORDS))  # "bag": runs begun with words drawn per request differ
 
+    def changed(self, digest: str) -> str | None:
+        return _changed(self, digest, "the prompts' word list (--prompts words)")
+
     def describe(self) -> str:
         return "random common words"
 
@@ -154,6 +165,9 @@ class RunningText:
     def digest(self) -> str:
         return _digest(("cut by pieces", *self.corpus))
 
+    def changed(self, digest: str) -> str | None:
+        return _changed(self, digest, f"the prompts' text ({self.source})")
+
     def describe(self) -> str:
         return f"natural text ({self.source}, {len(self.corpus):,} words)"
 
@@ -175,6 +189,9 @@ class FixedPrompts:
 
     def digest(self) -> str:
         return _digest(self.prompts)
+
+    def changed(self, digest: str) -> str | None:
+        return _changed(self, digest, f"prompts file {self.source}")
 
     def describe(self) -> str:
         return f"{len(self.prompts)} prompt(s) from {self.source} at their own lengths"

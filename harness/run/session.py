@@ -295,11 +295,12 @@ async def _create(config: RunConfig, mode: LoadMode, endpoint: Endpoint, clock: 
 def _reopen(config: RunConfig, store: Store, progress: LevelProgress, run_id: str,
             prompts: Prompts) -> StoredRun:
     """A resumed run: running again, with the rows a full disk kept out of the file stored;
-    what it stored of its prompts. ConfigError if its prompts have changed."""
+    what it stored of its prompts. ConfigError if its prompts have changed (naming the file,
+    and a trace's first changed line)."""
     stored = StoredRun.from_json(store.run(run_id).config)
-    if stored.prompts_digest not in (None, prompts.digest()):
-        raise ConfigError(f"the prompts of run {run_id} ({config.prompts}) have changed "
-                          "since it started, so its missing rounds cannot be rebuilt alike")
+    if stored.prompts_digest is not None and (what := prompts.changed(stored.prompts_digest)):
+        raise ConfigError(f"{what} since run {run_id} started, so its missing rounds cannot be "
+                          "rebuilt alike")
     store.update_run(run_id, status="running", finished_at=None, error=None)
     for path, rows in spill.pending(store.path, run_id):  # measured when the disk was full
         store.write_requests(run_id, rows, config.token_times)

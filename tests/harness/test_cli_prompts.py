@@ -66,7 +66,7 @@ def test_resume_rebuilds_the_same_prompts_and_refuses_a_changed_file(mock_proces
         con.execute("UPDATE runs SET status = 'aborted' WHERE run_id = ?", [run_id])
     path.write_text(path.read_text() + "\n" + json.dumps({"prompt": "new"}))
     proc = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db))
-    assert proc.returncode == 2 and "have changed since it started" in proc.stderr
+    assert proc.returncode == 2 and f"prompts file {path} has changed since run" in proc.stderr
     assert Store(db).run(run_id).status == "aborted"
     path.write_text(path.read_text().rsplit("\n", 1)[0])  # the file as the run began
     resumed = _run(url, db, "--resume", run_id)

@@ -9,6 +9,7 @@ import itertools
 import json
 import random
 
+import duckdb
 import pytest
 
 from harness.config import ConfigError
@@ -214,6 +215,25 @@ def test_lengths_past_the_servers_context_are_refused_unless_clipped(sweep, tmp_
     run = sweep({"context_tokens": 1000}, mode="trace", levels=(), trace=str(path),
                 speedups=(8.0,), max_input_tokens=900, max_output_tokens=20)
     assert all(r.ok and r.input_tokens_requested <= 900 for r in run.records)
+
+
+def test_a_resume_on_a_changed_trace_names_the_trace_and_its_first_changed_line(
+        tmp_path, mock_process):
+    path, rows = _mooncake(tmp_path / "mooncake.jsonl", n=6)
+    url, db = mock_process(), str(tmp_path / "b.duckdb")
+    done = run_cli("run", "--url", url, "--trace", str(path), "--trace-schedule", "closed",
+                   "--levels", "1", "--input-scale", "0.02", "--db", db, "--no-progress",
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout.strip().splitlines()[-1])["run_id"]
+    with duckdb.connect(db) as con:  # as if stopped after its third request
+        con.execute("DELETE FROM requests WHERE round >= 3")
+        con.execute("UPDATE runs SET status = 'aborted'")
+    rows[3]["output_length"] += 1  # line 4
+    _write(path, [json.dumps(r) for r in rows])
+    again = run_cli("run", "--resume", run_id, "--url", url, "--db", db, "--no-progress")
+    assert again.returncode == 2
+    assert f"trace {path} has changed at line 4 since run {run_id} started" in again.stderr
 
 
 def test_the_blocks_of_one_pass_are_its_own(tmp_path):

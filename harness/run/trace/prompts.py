@@ -1,7 +1,8 @@
 """A trace's prompt source as calibration and the warm-up use it: calibration probes text of
 the blocks' kind (so the server's tokens per piece it fits are those of every block), the
 warm-up sends the same; a jsonl trace's own texts are sent as written, uncalibrated. Both are
-the trace's `Prompts` (harness.run.prompts), their digest the trace's."""
+the trace's `Prompts` (harness.run.prompts), their digest the trace's, kept so that a resume on
+a changed trace names its first changed line (harness.run.trace.changes)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from harness.run.trace import changes
 from harness.run.trace.blocks import BlockText
 from harness.run.trace.source import Trace
 
@@ -34,7 +36,10 @@ class TraceBlocks:
         return blocks(self.seed, "unstored").prompt((), 1, self.words, own_id=ordinal)
 
     def digest(self) -> str:
-        return self.trace.digest()
+        return changes.fingerprint(self.trace)
+
+    def changed(self, digest: str) -> str | None:
+        return changes.changed(self.trace, digest)
 
     def describe(self) -> str:
         return f"{self.trace.describe()}; blocks of natural text"
@@ -55,7 +60,10 @@ class TraceTexts:
         return "\n\n".join(m["content"] for m in r.messages)
 
     def digest(self) -> str:
-        return self.trace.digest()
+        return changes.fingerprint(self.trace)
+
+    def changed(self, digest: str) -> str | None:
+        return changes.changed(self.trace, digest)
 
     def describe(self) -> str:
         return f"{self.trace.describe()}; prompts as the trace gives them"
