@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -28,9 +29,11 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from common import corpus
+from harness.config import MAX_REQUEST_TOKENS
 
 BUILTIN = ("words", "text")
 _PIECE = re.compile(r"\w+|[^\w\s]")
+_WORD = re.compile(r"\w+")
 
 # Common English words: one token each in most subword vocabularies, so counts stay stable.
 _WORDS = """
@@ -263,6 +266,10 @@ def _jsonl_prompts(name: str, content: str) -> tuple[str, ...]:
         prompt = first_user_prompt(obj)
         if not prompt:
             raise PromptFileError(f"{name} line {number} {_NO_PROMPT}")
+        if _past_one_request(prompt):
+            raise PromptFileError(f"{name} line {number} holds a prompt of more than "
+                                  f"{MAX_REQUEST_TOKENS:,} words, past the {MAX_REQUEST_TOKENS:,}"
+                                  " tokens one request may hold (a word is a token at least)")
         try:
             prompt.encode()
         except UnicodeEncodeError:  # JSON may escape half a surrogate pair ("\ud800")
@@ -272,6 +279,16 @@ def _jsonl_prompts(name: str, content: str) -> tuple[str, ...]:
     if not prompts:
         raise PromptFileError(f"prompts file {name} is empty")
     return tuple(prompts)
+
+
+def _past_one_request(prompt: str) -> bool:
+    """More words than one request may hold tokens, as a trace's requests are bound: counted
+    (up to the bound) only in a prompt of more characters than that, a word being one at
+    least."""
+    if len(prompt) <= MAX_REQUEST_TOKENS:
+        return False
+    words = itertools.islice(_WORD.finditer(prompt), MAX_REQUEST_TOKENS + 1)
+    return sum(1 for _ in words) > MAX_REQUEST_TOKENS
 
 
 def first_user_prompt(obj: object) -> str | None:

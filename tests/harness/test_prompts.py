@@ -8,6 +8,7 @@ import pytest
 
 from common import corpus
 from harness.config import RunConfig
+from harness.run import prompts
 from harness.run.prompts import PromptFileError, RandomWords, load, pieces, spread
 from harness.run.session import CALIBRATION_SAMPLES
 from harness.run.sweep import Sweep, calibration_ordinal
@@ -152,6 +153,19 @@ def test_bad_files_are_named_with_their_line(tmp_path, name, content, message):
     with pytest.raises(PromptFileError, match=message) as err:
         load(str(path))
     assert str(path) in str(err.value)
+
+
+def test_a_prompt_past_what_one_request_may_hold_is_refused_by_its_line(tmp_path,
+                                                                        monkeypatch):
+    """One request holds so many tokens at most, as a trace's requests do; a prompt of more
+    words than that (a word is a token at least) is refused. Checked at a bound of 1,000."""
+    monkeypatch.setattr(prompts, "MAX_REQUEST_TOKENS", 1000)
+    path = _write(tmp_path / "p.jsonl", [{"prompt": "a"}, {"prompt": "word " * 1001}])
+    with pytest.raises(PromptFileError, match=r"line 2 holds a prompt of more than 1,000 wor"):
+        load(path)
+    _write(tmp_path / "p.jsonl", [{"prompt": "a"}, {"prompt": "word " * 1000},
+                                  {"prompt": "x" * 5000}])
+    assert "3 prompt(s)" in load(path).describe()
 
 
 def test_a_missing_file_is_named(tmp_path):
