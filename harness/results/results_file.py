@@ -117,6 +117,8 @@ class ResultsFile:
         self._stopped = stopped
         self._upgraded = False
         self._held: int | None = None  # a descriptor on the file while a run writes it
+        # an outdated file this process may not write, upgraded in memory: what it reads
+        self._copy: duckdb.DuckDBPyConnection | None = None
 
     def initialise(self) -> None:
         """Create the folder and schema; refuse an unwritable path with one sentence."""
@@ -176,7 +178,10 @@ class ResultsFile:
     @contextlib.contextmanager
     def _connection(self, read_only: bool,
                     create: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        con = self._open(read_only, create)
+        if read_only and self._copy is not None:
+            con = self._copy.cursor()
+        else:
+            con = self._open(read_only, create)
         try:
             if not self._upgraded:
                 try:
@@ -189,7 +194,11 @@ class ResultsFile:
                                      f"version {version}, this one knows up to "
                                      f"{SCHEMA_VERSION}): upgrade engram-bench to open it")
                 if outdated(con):
-                    if read_only:
+                    if read_only and not self._writable():
+                        con.close()
+                        self._copy = self._upgraded_copy()
+                        con = self._copy.cursor()
+                    elif read_only:
                         con.close()
                         writer = self._open(read_only=False)
                         try:
@@ -216,6 +225,28 @@ class ResultsFile:
                                  "was deleted or replaced while in use") from None
         finally:
             con.close()
+
+    def _writable(self) -> bool:
+        """Whether this process may write the file and its folder (DuckDB writes a journal
+        beside it): not on a read-only mount, nor, unless root, where the modes forbid it."""
+        return os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
+
+    def _upgraded_copy(self) -> duckdb.DuckDBPyConnection:
+        """The file copied into memory and upgraded there, for reading a file an older version
+        wrote that this process may not write: the file is left as it is."""
+        quoted = str(self.path).replace("'", "''")
+        copy = duckdb.connect(":memory:", config=dict(NO_EXTENSIONS))
+        try:
+            copy.execute(f"ATTACH '{quoted}' AS original (READ_ONLY)")
+            copy.execute("COPY FROM DATABASE original TO memory")
+            copy.execute("DETACH original")
+        except duckdb.Error as exc:
+            copy.close()
+            raise StoreError(f"cannot read {self.path}, written by an older engram-bench, "
+                             f"into memory: {str(exc).splitlines()[0]}") from None
+        copy.execute("SET enable_progress_bar = false")
+        self._upgrade(copy)
+        return copy
 
     def _upgrade(self, con: duckdb.DuckDBPyConnection) -> None:
         try:

@@ -8,14 +8,19 @@ import json
 import os
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from engram_bench.cli import main
 from explorer import data
+from harness.records import RequestRecord
 from harness.results.results_file import HEADER_WAIT_S
 from harness.results.run_row import RunRow
 from harness.results.store import Store, StoreError
@@ -148,6 +153,54 @@ def test_a_schema_version_that_is_no_whole_number_is_one_sentence(store, capsys,
     assert main(["summary", "--db", str(store.path)]) == 2
     err = capsys.readouterr().err
     assert f"{store.path} is not a results file engram-bench can read" in err and said in err
+
+
+@pytest.fixture
+def read_only(tmp_path) -> Iterator[tuple[Path, Callable[[list[str]], list[str]]]]:
+    """A folder, and what runs a command where it cannot be written: as root, whom a file's
+    mode does not stop, the command in a mount namespace of its own with the folder
+    bind-mounted read-only; else with the folder's and its files' modes read-only."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        yield folder, lambda command: [
+            "sh", "-c", 'chmod 0444 "$0"/* && chmod 0555 "$0" && exec "$@"', str(folder),
+            *command]
+        folder.chmod(0o755)
+        return
+    mount = ['unshare', '-m', '--propagation', 'private', 'sh', '-c',
+             'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"',
+             str(folder)]
+    if subprocess.run([*mount, "true"], capture_output=True).returncode != 0:
+        pytest.skip("root here cannot mount a folder read-only in a namespace of its own")
+    yield folder, lambda command: [*mount, *command]
+
+
+def test_a_file_an_older_version_wrote_is_read_where_it_cannot_be_upgraded(read_only):
+    """On a read-only mount `summary` reads it upgraded in memory, and leaves it as it is."""
+    folder, unwritable = read_only
+    db = folder / "old.duckdb"
+    old = Store(db)
+    old.initialise()
+    old.create_run(RunRow(run_id="old", model="m", mode="closed", levels=[1], rounds=2,
+                          output_tokens=4))
+    old.write_requests("old", [RequestRecord(f"old-c1-r{r}-w0", 1, r, 0, 1.0e9 + r,
+                                             ttft_ms=5.0, latency_ms=50.0, output_tokens=4)
+                               for r in range(2)])
+    with duckdb.connect(str(db)) as con:  # as an older version wrote it: no index either
+        con.execute("DROP INDEX requests_unique_id")
+        con.execute("ALTER TABLE requests DROP COLUMN repeat")
+    before = db.read_bytes()
+    touched = subprocess.run(unwritable(["touch", str(folder / "new")]), capture_output=True)
+    assert touched.returncode != 0, "the folder can be written: the test tests nothing"
+    done = subprocess.run(unwritable([sys.executable, "-m", "engram_bench", "summary", "--db",
+                                      str(db), "--json"]),
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["run_id"] == "old" and summary["levels"][0]["requests"] == 2
+    assert db.read_bytes() == before
+    assert [p.name for p in folder.iterdir()] == ["old.duckdb"]
 
 
 def test_a_write_to_a_deleted_file_is_refused_and_the_file_held_open_is_put_back(store):
