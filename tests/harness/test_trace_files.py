@@ -105,7 +105,7 @@ def test_an_unsorted_trace_is_refused_at_its_line_or_sorted_when_asked(tmp_path)
 @pytest.mark.parametrize(("name", "lines", "message"), [
     ("m.jsonl", ['{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": []}',
                  '{"timestamp": 9, "input_length": -5, "output_length": 2, "hash_ids": []}'],
-     "m.jsonl line 2: input_length must be a whole number of at least 1, not -5"),
+     "m.jsonl line 2: input_length must be a whole number from 1 to 16,777,216, not -5"),
     ("m.jsonl", ['{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": []}',
                  '{"timestamp": "soon", "input_length": 5, "output_length": 2}'],
      'm.jsonl line 2: timestamp must be a number of ms of at least 0, not "soon"'),
@@ -115,7 +115,7 @@ def test_an_unsorted_trace_is_refused_at_its_line_or_sorted_when_asked(tmp_path)
     ("m.jsonl", ['{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": []}',
                  "{not json"], "m.jsonl line 2 is not JSON"),
     ("a.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46,12,x"],
-     "a.csv line 2: GeneratedTokens must be a whole number of at least 1, not 'x'"),
+     "a.csv line 2: GeneratedTokens must be a whole number from 1 to 16,777,216, not 'x'"),
     ("a.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", "yesterday,12,3"],
      "a.csv line 2: TIMESTAMP must be a date and time"),
     ("a.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46,12"],

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.flag_types import number, positive_float, positive_int
+from common.readable import figure
 from harness.config import (
     MAX_DURATION_S,
     MAX_REQUEST_TOKENS,
@@ -301,8 +302,9 @@ class Timed(_Replay):
         if not config.speedups:
             raise ConfigError("--mode trace needs at least one --speedup")
         if (longest := trace.span_s / min(config.speedups)) > MAX_DURATION_S:
-            raise ConfigError(f"the window's {trace.span_s:,.0f} s at {min(config.speedups):g}x "
-                              f"take {longest:,.0f} s, above the {MAX_DURATION_S:,.0f} s (a day) "
+            raise ConfigError(f"the window's {figure(trace.span_s)} s at "
+                              f"{min(config.speedups):g}x take {figure(longest)} s, above the "
+                              f"{MAX_DURATION_S:,.0f} s (a day) "
                               "a level may last: take a shorter window (--trace-duration) or "
                               "a higher --speedup")
         self.check_size(config, len(config.speedups))

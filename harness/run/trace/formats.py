@@ -19,11 +19,18 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from typing import TypeGuard
 
-from harness.config import ConfigError
+import orjson
+
+from common.readable import PLAIN_BELOW, figure
+from harness.config import MAX_REQUEST_TOKENS, ConfigError
 
 FORMATS = ("mooncake", "azure", "burstgpt", "jsonl")
 
@@ -58,34 +65,97 @@ class Skipped:
 Lines = Iterable[tuple[int, str]]
 
 
-def _int_field(name: str, line: int, obj: dict, field: str, minimum: int = 0) -> int:
-    value = obj.get(field)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) \
-            or value < minimum:
-        raise TraceError(f"{name} line {line}: {field} must be a whole number of at least "
-                         f"{minimum}, not {json.dumps(value)}")
+class _Digits(str):
+    """A JSON integer of more digits than Python converts to an int (4,300): no length or
+    timestamp, refused as one, shown by its size."""
+
+
+def _shown(value: object) -> str:
+    """A refused JSON value as the sentence shows it: as the file wrote it, but a number past
+    PLAIN_BELOW in scientific notation and text cut short."""
+    if isinstance(value, _Digits):
+        return figure(Decimal(value))
+    if _finite(value) and abs(value) >= PLAIN_BELOW:
+        return figure(value)
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
+    """A number, not NaN or infinity (nor a bool): an integer of any size is one."""
+    return not isinstance(value, bool) and (
+        isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)))
+
+
+def _length(name: str, line: int, field: str, value: object, minimum: int) -> int:
+    """A count of tokens, from `minimum` up to what one request may hold: a trace's length
+    past that is no request a served model takes (the longest context one states is 10M
+    tokens), and one past INT32 would not fit the stored request it is recorded in, clipped
+    or not."""
+    if not _finite(value) or value != int(value) \
+            or not minimum <= value <= MAX_REQUEST_TOKENS:
+        raise _length_error(name, line, field, minimum, _shown(value))
     return int(value)
 
 
+def _length_error(name: str, line: int, field: str, minimum: int, shown: str) -> TraceError:
+    return TraceError(f"{name} line {line}: {field} must be a whole number from {minimum} to "
+                      f"{MAX_REQUEST_TOKENS:,}, not {shown}")
+
+
+def _int_field(name: str, line: int, obj: dict, field: str, minimum: int) -> int:
+    return _length(name, line, field, obj.get(field), minimum)
+
+
 def _timestamp(name: str, line: int, value: object, field: str, scale: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value < 0:
+    if not _finite(value) or not 0 <= value <= sys.float_info.max:
         raise TraceError(f"{name} line {line}: {field} must be a number of "
                          f"{'ms' if scale == 1e-3 else 's'} of at least 0, not "
-                         f"{json.dumps(value)}")
+                         f"{_shown(value)}")
     return float(value) * scale
+
+
+_LONG_NUMBER = re.compile(r"\d{19}")  # past 64 bits orjson reads an integer as a float
+
+
+def _loads(text: str) -> object:
+    """A line's JSON: orjson's (several times faster) where it reads the line as the standard
+    library does; else the standard library's, whose leniencies (NaN, a lone surrogate
+    escape, an integer past 64 bits or past Python's digits) the checks after it name."""
+    if _LONG_NUMBER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text, parse_int=_int_or_digits)
+
+
+def _int_or_digits(digits: str) -> int | _Digits:
+    try:
+        return int(digits)
+    except ValueError:  # past Python's limit on an integer's digits
+        return _Digits(digits)
 
 
 def _json_object(name: str, line: int, text: str) -> dict:
     try:
-        obj = json.loads(text)
+        obj = _loads(text)
     except RecursionError:
         raise TraceError(f"{name} line {line} is JSON nested too deeply to read") from None
     except ValueError:
-        raise TraceError(f"{name} line {line} is not JSON") from None
+        raise TraceError(f"{name} line {line}{_cr_hint(text) or ' is not JSON'}") from None
     if not isinstance(obj, dict):
         raise TraceError(f"{name} line {line} is not a JSON object")
     return obj
+
+
+def _cr_hint(text: str) -> str:
+    """Why a line may not parse: its file ends lines with a carriage return alone, so all of
+    it reads as one line."""
+    if "\r" in text.rstrip("\r\n"):
+        return (" holds carriage returns mid-line: a file whose lines end in CR alone must be "
+                "converted to LF or CRLF line endings")
+    return ""
 
 
 def mooncake(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest]:
@@ -95,10 +165,13 @@ def mooncake(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest
         if not isinstance(ids, list) or not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise TraceError(f"{name} line {line}: hash_ids must be a list of whole numbers")
-        yield TraceRequest(
-            line, _timestamp(name, line, obj.get("timestamp"), "timestamp", 1e-3),
-            _int_field(name, line, obj, "input_length", 1),
-            _int_field(name, line, obj, "output_length", 1), tuple(ids))
+        arrival = _timestamp(name, line, obj.get("timestamp"), "timestamp", 1e-3)
+        tokens = _int_field(name, line, obj, "input_length", 1)
+        if len(ids) > tokens:  # a block holds one token at least
+            raise TraceError(f"{name} line {line}: hash_ids names {len(ids):,} blocks, more "
+                             f"than its input_length of {tokens:,} tokens can hold")
+        yield TraceRequest(line, arrival, tokens,
+                           _int_field(name, line, obj, "output_length", 1), tuple(ids))
 
 
 def _text(name: str, line: int, obj: dict) -> tuple[dict, ...]:
@@ -142,6 +215,29 @@ def jsonl(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest]:
             session=None if session is None else str(session))
 
 
+def _csv_fields(name: str, line: int, text: str, columns: list[str] | None = None) -> list[str]:
+    """A CSV line's fields: split at its commas where it quotes nothing (as the csv module
+    would, several times faster), else by the csv module, whose refusals (a field past its
+    limit, a carriage return mid-line) are one sentence naming the field (`columns`: the
+    header's, where known)."""
+    row = text.rstrip("\r\n")
+    if '"' not in row and "\r" not in row:
+        return row.split(",")
+    try:
+        return next(csv.reader([row]), [])
+    except csv.Error as exc:
+        if hint := _cr_hint(text):
+            raise TraceError(f"{name} line {line}{hint}") from None
+        limit = csv.field_size_limit()
+        where = [k for k, piece in enumerate(row.split(",")) if len(piece) > limit]
+        if where and "larger than field limit" in str(exc):
+            field = (columns[where[0]] if columns and where[0] < len(columns)
+                     else f"field {where[0] + 1}")
+            raise TraceError(f"{name} line {line}: {field} holds more than {limit:,} "
+                             "characters, past what a CSV field may hold") from None
+        raise TraceError(f"{name} line {line} is not CSV ({exc})") from None
+
+
 def _csv_rows(name: str, lines: Lines, needed: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
     """Each data row of a CSV as {column: text}, after a header holding `needed`."""
     rows = iter(lines)
@@ -149,25 +245,33 @@ def _csv_rows(name: str, lines: Lines, needed: tuple[str, ...]) -> Iterator[tupl
         header_line, header = next(rows)
     except StopIteration:
         return
-    columns = [c.strip() for c in next(csv.reader([header]))]
+    columns = [c.strip() for c in _csv_fields(name, header_line, header)]
     missing = [c for c in needed if c not in columns]
     if missing:
         raise TraceError(f"{name} line {header_line}: the header lacks "
-                         f"{', '.join(missing)} (it has {', '.join(columns)})")
+                         f"{', '.join(missing)} (it has {_cut(', '.join(columns))})")
     for line, text in rows:
-        values = next(csv.reader([text]), [])
+        values = _csv_fields(name, line, text, columns)
         if len(values) != len(columns):
             raise TraceError(f"{name} line {line}: {len(values)} fields where the header has "
                              f"{len(columns)}")
         yield line, dict(zip(columns, (v.strip() for v in values), strict=True))
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _csv_int(name: str, line: int, row: dict, field: str, minimum: int) -> int:
+    """A count of tokens, as _length bounds it: ASCII digits (str.isdigit() takes "²" too,
+    which int() refuses), too many of them shown by their size, never converted (Python
+    converts 4,300 at most)."""
     text = row[field]
-    if not text.isdigit() or int(text) < minimum:
-        raise TraceError(f"{name} line {line}: {field} must be a whole number of at least "
-                         f"{minimum}, not {text!r}")
-    return int(text)
+    if not (text.isascii() and text.isdigit()):
+        raise _length_error(name, line, field, minimum, _cut(repr(text)))
+    if len(digits := text.lstrip("0")) > 18:
+        raise _length_error(name, line, field, minimum, figure(Decimal(digits)))
+    return _length(name, line, field, int(text), minimum)
 
 
 def azure(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest]:
@@ -177,13 +281,14 @@ def azure(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest]:
             when = datetime.fromisoformat(row["TIMESTAMP"])
         except ValueError:
             raise TraceError(f"{name} line {line}: TIMESTAMP must be a date and time such as "
-                             f"2023-11-16 18:15:46.680590, not {row['TIMESTAMP']!r}") from None
+                             "2023-11-16 18:15:46.680590, not "
+                             f"{_cut(repr(row['TIMESTAMP']))}") from None
         if first is None:
             first = when
         try:
             arrival = (when - first).total_seconds()
         except TypeError:  # one with a time zone, one without
-            raise TraceError(f"{name} line {line}: TIMESTAMP {row['TIMESTAMP']!r} mixes "
+            raise TraceError(f"{name} line {line}: TIMESTAMP {_cut(repr(row['TIMESTAMP']))} mixes "
                              "times with and without a time zone") from None
         yield TraceRequest(line, arrival, _csv_int(name, line, row, "ContextTokens", 1),
                            _csv_int(name, line, row, "GeneratedTokens", 1))
@@ -199,7 +304,7 @@ def burstgpt(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest
             stamp = math.nan
         if not (math.isfinite(stamp) and stamp >= 0):
             raise TraceError(f"{name} line {line}: Timestamp must be a number of s of at least "
-                             f"0, not {row['Timestamp']!r}")
+                             f"0, not {_cut(repr(row['Timestamp']))}")
         output = _csv_int(name, line, row, "Response tokens", 0)
         if output == 0:
             skipped.count += 1
@@ -216,7 +321,7 @@ def guess(name: str, first_line: str) -> str:
     text = first_line.strip()
     if text.startswith("{"):
         try:
-            obj = json.loads(text)
+            obj = _loads(text)
         except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict):
@@ -225,10 +330,15 @@ def guess(name: str, first_line: str) -> str:
             if "messages" in obj or "prompt" in obj:
                 return "jsonl"
     else:
-        columns = {c.strip() for c in next(csv.reader([text]), [])}
+        try:
+            columns = {c.strip() for c in _csv_fields(name, 1, text)}
+        except TraceError:
+            columns = set()
         if "ContextTokens" in columns:
             return "azure"
         if "Request tokens" in columns:
             return "burstgpt"
+    if hint := _cr_hint(first_line):
+        raise TraceError(f"trace {name} line 1{hint}")
     raise TraceError(f"cannot tell the format of trace {name} from its first line: give "
                      f"--trace-format ({', '.join(FORMATS)})")

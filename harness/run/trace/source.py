@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.readable import figure
 from harness.run.trace.formats import (
     FORMATS,
     PARSERS,
@@ -92,7 +93,7 @@ class Trace:
         if self.window.describe() != "whole":
             parts.append(f"window {self.window.describe()}")
         if self.timed:
-            parts.append(f"over {self.span_s:,.1f} s"
+            parts.append(f"over {figure(self.span_s, 1)} s"
                          + (f" ({self.rate:.3g} requests/s)" if self.rate else ""))
         if self.skipped:
             parts.append(f"{self.skipped:,} rows skipped ({self.skipped_why})")
@@ -103,14 +104,17 @@ class Trace:
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """The file's non-blank lines with their numbers (1-based), decoded as UTF-8."""
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError:
-                raise TraceError(f"{path} line {number} is not UTF-8 text") from None
-            if text.strip():
-                yield number, text
+    try:
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError:
+                    raise TraceError(f"{path} line {number} is not UTF-8 text") from None
+                if text.strip():
+                    yield number, text
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
 
 
 def _check_file(path: Path) -> None:
