@@ -4,6 +4,7 @@ there; the commands that need an extra say which one in one sentence and exit 2.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,7 +104,9 @@ def test_a_command_whose_extra_is_missing_names_the_install(core_install, tmp_pa
 
 
 def test_make_bench_with_a_url_installs_only_the_core(core_install, mock_server, tmp_path):
-    """Last in this module: make installs the tree editable into the same venv."""
+    """Last in this module: make installs the tree editable into the same venv, and says
+    nothing of it: no warning of the build backend (setuptools warned on every editable
+    install of a flat layout it had to hook into imports)."""
     tree, venv = core_install
     db = tmp_path / "bench.duckdb"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "VIRTUAL_ENV"))}
@@ -112,6 +115,8 @@ def test_make_bench_with_a_url_installs_only_the_core(core_install, mock_server,
                           timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Max C" in proc.stdout
+    assert not re.findall(r"\w*(?:Setuptools|BuildBackend)\w*Warning", proc.stderr), \
+        proc.stderr[-2000:]
     assert "torch" not in _installed(venv)
     with duckdb.connect(str(db), read_only=True) as con:
         (runs,) = con.execute("SELECT count(*) FROM runs WHERE status = 'complete'").fetchone()
