@@ -1,9 +1,11 @@
 """Hostile trace files: each refused in one sentence naming the file, its line and the field
 (exit 2 at the CLI, never a traceback); lengths past what a request may hold refused as the
-trace is read, clipped or not; refused numbers shown at a readable size."""
+trace is read, clipped or not; a window past what one run may hold refused where the reading
+reaches it; refused numbers shown at a readable size."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -103,6 +105,42 @@ def test_an_unreadable_trace_or_lengths_trace_is_one_sentence(tmp_path):
                    "--db", str(tmp_path / "b.duckdb"))
     assert done.returncode == 2 and "m.jsonl line 2: " + _length("input_length", 1, "NaN") \
         in done.stderr, done.stderr
+
+
+def _timed(path, n, bad_line=None):
+    """n requests a second apart; `bad_line`: a line of no JSON there."""
+    return _write(path, ["{not json" if k + 1 == bad_line else json.dumps(
+        {"timestamp": k * 1000, "input_length": 5, "output_length": 2}) for k in range(n)])
+
+
+def test_a_window_past_the_bound_is_refused_where_the_reading_reaches_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(source, "MAX_WINDOW_REQUESTS", 5)
+    # line 9 is no JSON: the read stops at the 6th request, before it
+    path = _timed(tmp_path / "m.jsonl", 12, bad_line=9)
+    with pytest.raises(TraceError, match=r"trace .*m.jsonl holds more than the 5 requests one "
+                                         r"run may hold \(line 6 is past them\)"):
+        source.read(path)
+    with pytest.raises(TraceError, match=r"the window from 2 s of trace .* \(line 8 is past"):
+        source.read(path, window=source.Window(start_s=2))
+    with pytest.raises(TraceError, match=r"\(line 6 is past them\)"):  # sorted: any 6 are past
+        source.read(path, sort=True)
+
+
+def test_a_window_within_the_bound_is_read_from_a_file_past_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(source, "MAX_WINDOW_REQUESTS", 5)
+    path = _timed(tmp_path / "m.jsonl", 12)
+    assert [r.line for r in source.read(path, window=source.Window(limit=4)).requests] \
+        == [1, 2, 3, 4]
+    assert [r.line for r in source.read(path, window=source.Window(3, 4.5)).requests] \
+        == [4, 5, 6, 7, 8]
+    shuffled = _write(tmp_path / "s.jsonl", [json.dumps(
+        {"timestamp": t * 1000, "input_length": 5, "output_length": 2})
+        for t in (0, 9, 3, 11, 1, 7, 2, 10, 5, 4, 8, 6)])
+    trace = source.read(shuffled, sort=True, window=source.Window(limit=4))
+    assert [r.arrival_s for r in trace.requests] == [0, 1, 2, 3]
+    assert [r.line for r in trace.requests] == [1, 5, 7, 3]
+    with pytest.raises(TraceError, match=r"line 6 is past them"):  # the 6th read of the window
+        source.read(shuffled, sort=True)
 
 
 @pytest.mark.parametrize(("lines", "flags", "shown"), [

@@ -8,12 +8,14 @@ record (a 100,000-line Mooncake trace: docs/running.md, "Replaying a trace").
 from __future__ import annotations
 
 import hashlib
+import itertools
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.readable import figure
+from harness.config import MAX_RUN_REQUESTS
 from harness.run.trace.formats import (
     FORMATS,
     PARSERS,
@@ -24,6 +26,8 @@ from harness.run.trace.formats import (
 )
 
 MAX_FILE_BYTES = 256 * 2**20  # as a prompt file's: a trace past this is refused, not read
+MAX_WINDOW_REQUESTS = MAX_RUN_REQUESTS  # a window past this is no run's: refused where the
+# reading reaches it, not once all of it is held
 
 
 @dataclass(slots=True, frozen=True)
@@ -117,6 +121,21 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
 
 
+def _lines_above(path: Path, count: int) -> bool:
+    """Whether the file may have more than `count` lines: its line ends counted a MiB at a
+    time (a 256 MiB file in about 0.1 s), without decoding any."""
+    ends = 0
+    try:
+        with path.open("rb") as f:
+            while chunk := f.read(2**20):
+                ends += chunk.count(b"\n")
+                if ends >= count:
+                    return True
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+    return False
+
+
 def _check_file(path: Path) -> None:
     """A regular file within the size bound: a pipe or a device is refused unopened (one
     never ends, and neither reads the same again on --resume)."""
@@ -156,58 +175,107 @@ def read(path: str | Path, given: str = "", window: Window | None = None,
          sort: bool = False) -> Trace:
     """The trace's window, checked: its lines parsed up to the window's end (a bad one names
     its line and field), arrivals in order (or all read and sorted, with `sort`), the window
-    not empty. The trace's clock starts at its first request."""
+    neither empty nor past MAX_WINDOW_REQUESTS. The trace's clock starts at its first request.
+
+    A file of more lines than the bound is read once without keeping a request, to refuse
+    its window at the request past the bound (its 1,000,001st) in the memory of one line,
+    and then again to keep it; a window bounded by its limit, and any smaller file, is read
+    once."""
     path = Path(path)
     window = window or Window()
     fmt, timed = sniff(path, given)
-    skipped = Skipped()
-    kept: list[TraceRequest] = []
-    latest: TraceRequest | None = None  # the latest arrival so far
-    unsorted = 0
-    origin: float | None = None
-    end = None if window.duration_s is None else window.start_s + window.duration_s
-    for r in PARSERS[fmt](str(path), _lines(path), skipped):
-        if r.arrival_s is not None:
-            if latest is not None and r.arrival_s < (latest.arrival_s or 0.0):
-                if not sort:
-                    raise TraceError(f"{path} line {r.line}: its timestamp comes before line "
-                                     f"{latest.line}'s; the trace must be in arrival order (or "
-                                     "give --sort-trace to sort it)")
-                unsorted += 1
-            else:
-                latest = r
-            origin = r.arrival_s if origin is None else origin
-            r = _at(r, r.arrival_s - origin)
-        if not sort and timed and (r.arrival_s or 0.0) < window.start_s:
-            continue
-        if not sort and end is not None and (r.arrival_s or 0.0) >= end:
-            break
-        kept.append(r)
-        if not sort and window.limit is not None and len(kept) >= window.limit:
-            break
-    if sort:
-        kept = _window(sorted(kept, key=lambda r: (r.arrival_s or 0.0, r.line)), window, end)
+    if (window.limit is None or window.limit > MAX_WINDOW_REQUESTS) \
+            and _lines_above(path, MAX_WINDOW_REQUESTS):
+        _refuse_past_bound(_Reading(path, fmt, timed, window, sort))
+    reading = _Reading(path, fmt, timed, window, sort)
+    kept = (_earliest(reading.requests(), window.limit) if sort
+            else list(itertools.islice(reading.requests(), window.limit)))
     if not kept:
-        what = (f"the window {window.describe()} of trace {path}"
-                if window.describe() != "whole" else f"trace {path}")
-        raise TraceError(f"{what} holds no request"
-                         + (f" ({skipped.count:,} rows skipped: {skipped.why})"
-                            if skipped.count else ""))
+        raise TraceError(f"{_what(path, window)} holds no request"
+                         + (f" ({reading.skipped.count:,} rows skipped: {reading.skipped.why})"
+                            if reading.skipped.count else ""))
     if timed and kept[0].arrival_s:  # the window's clock starts at its first request
         shift = kept[0].arrival_s
         kept = [_at(r, (r.arrival_s or 0.0) - shift) for r in kept]
-    return Trace(str(path), fmt, not given, tuple(kept), skipped.count, skipped.why,
-                 unsorted, window)
+    return Trace(str(path), fmt, not given, tuple(kept), reading.skipped.count,
+                 reading.skipped.why, reading.unsorted, window)
+
+
+@dataclass(slots=True)
+class _Reading:
+    """One pass over a trace file: the requests of its window's time range, and what the
+    pass left out or found out of order."""
+
+    path: Path
+    fmt: str
+    timed: bool
+    window: Window
+    sort: bool
+    skipped: Skipped = field(default_factory=Skipped)
+    unsorted: int = 0  # requests that arrived before one on an earlier line (sorted)
+
+    def requests(self) -> Iterator[TraceRequest]:
+        """The requests from the window's start to its end, in the file's order, each at its
+        arrival after the trace's first request; out of order ones refused (or, to be
+        sorted, counted and read on to the end of the file)."""
+        path, window = self.path, self.window
+        latest: TraceRequest | None = None  # the latest arrival so far
+        origin: float | None = None
+        end = None if window.duration_s is None else window.start_s + window.duration_s
+        for r in PARSERS[self.fmt](str(path), _lines(path), self.skipped):
+            if r.arrival_s is not None:
+                if latest is not None and r.arrival_s < (latest.arrival_s or 0.0):
+                    if not self.sort:
+                        raise TraceError(f"{path} line {r.line}: its timestamp comes before "
+                                         f"line {latest.line}'s; the trace must be in arrival "
+                                         "order (or give --sort-trace to sort it)")
+                    self.unsorted += 1
+                else:
+                    latest = r
+                origin = r.arrival_s if origin is None else origin
+                r = _at(r, r.arrival_s - origin)
+            if self.timed and (r.arrival_s or 0.0) < window.start_s:
+                continue
+            if end is not None and (r.arrival_s or 0.0) >= end:
+                if self.sort:
+                    continue
+                return
+            yield r
+
+
+def _refuse_past_bound(reading: _Reading) -> None:
+    """Read the window without keeping it; refuse it at its request past
+    MAX_WINDOW_REQUESTS."""
+    past = next(itertools.islice(reading.requests(), MAX_WINDOW_REQUESTS, None), None)
+    if past is not None:
+        raise TraceError(f"{_what(reading.path, reading.window)} holds more than the "
+                         f"{MAX_WINDOW_REQUESTS:,} requests one run may hold (line "
+                         f"{past.line:,} is past them): take a window of it with "
+                         "--trace-limit or --trace-duration")
+
+
+def _earliest(requests: Iterable[TraceRequest], limit: int | None) -> list[TraceRequest]:
+    """The first `limit` (None: all) of the requests by arrival, ties in line order: at most
+    twice `limit` held while reading."""
+    kept: list[TraceRequest] = []
+    for r in requests:
+        kept.append(r)
+        if limit is not None and len(kept) >= 2 * limit:
+            kept.sort(key=_by_arrival)
+            del kept[limit:]
+    kept.sort(key=_by_arrival)
+    return kept[:limit]
+
+
+def _by_arrival(r: TraceRequest) -> tuple[float, int]:
+    return r.arrival_s or 0.0, r.line
+
+
+def _what(path: Path, window: Window) -> str:
+    return (f"the window {window.describe()} of trace {path}" if window.describe() != "whole"
+            else f"trace {path}")
 
 
 def _at(r: TraceRequest, arrival_s: float) -> TraceRequest:
     return TraceRequest(r.line, arrival_s, r.input_tokens, r.output_tokens, r.hash_ids,
                         r.messages, r.session)
-
-
-def _window(requests: list[TraceRequest], window: Window,
-            end: float | None) -> list[TraceRequest]:
-    """A sorted trace's window."""
-    chosen = [r for r in requests if (r.arrival_s or 0.0) >= window.start_s
-              and (end is None or (r.arrival_s or 0.0) < end)]
-    return chosen if window.limit is None else chosen[:window.limit]
