@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from harness.config import ConfigError
+from harness.run.modes import trace as trace_mode
 from harness.run.prompts import pieces
 from harness.run.trace.blocks import BlockText
 from runners.engram.tokenizer import TOKENIZER_PATH
@@ -234,6 +235,39 @@ def test_a_resume_on_a_changed_trace_names_the_trace_and_its_first_changed_line(
     again = run_cli("run", "--resume", run_id, "--url", url, "--db", db, "--no-progress")
     assert again.returncode == 2
     assert f"trace {path} has changed at line 4 since run {run_id} started" in again.stderr
+
+
+def _session(path, turns, words=200, max_tokens=100):
+    return _write(path, [json.dumps({"prompt": "word " * words, "session_id": "a",
+                                     "max_tokens": max_tokens, "timestamp": turn * 0.01})
+                         for turn in range(turns)])
+
+
+def test_a_session_that_outgrows_the_servers_context_is_refused_before_it_is_sent(sweep,
+                                                                                  tmp_path):
+    """Each turn alone fits 1,000 tokens, the fourth after the three before it and their
+    answers (1,200 tokens at least) does not."""
+    path = _session(tmp_path / "session.jsonl", turns=4)
+    with pytest.raises(ConfigError, match=r"1 of the trace's 4 requests need more than the "
+                       r"server's 1,000-token context .*; the longest, line 4 \(turn 4 of "
+                       r"session 'a'.*\), needs 1,200 tokens"):
+        sweep({"context_tokens": 1000}, mode="trace", levels=(), trace=str(path),
+              speedups=(1.0,))
+    fits = _session(tmp_path / "fits.jsonl", turns=3)
+    run = sweep({"context_tokens": 1000}, mode="trace", levels=(), trace=str(fits),
+                speedups=(1.0,))
+    assert len(run.records) == 3 and all(r.ok for r in run.records)
+
+
+def test_a_session_past_what_one_request_may_hold_is_refused_where_no_context_is_said(
+        sweep, tmp_path, monkeypatch):
+    """A server that states no context cannot bound a session: one request's bound does
+    (checked here at 1,000 tokens)."""
+    monkeypatch.setattr(trace_mode, "MAX_REQUEST_TOKENS", 1000)
+    path = _session(tmp_path / "session.jsonl", turns=4)
+    with pytest.raises(ConfigError, match=r"longest request, line 4 \(turn 4 of session "
+                       r"'a'.*\), needs 1,200 tokens, above the 1,000 one request may hold"):
+        sweep(mode="trace", levels=(), trace=str(path), speedups=(1.0,))
 
 
 def test_the_blocks_of_one_pass_are_its_own(tmp_path):

@@ -50,11 +50,11 @@ from harness.run import aio
 from harness.run.modes import base
 from harness.run.prompts import Prompts
 from harness.run.sweep import all_or_none
-from harness.run.trace import lengths, source
+from harness.run.trace import context, lengths, source
 from harness.run.trace.blocks import corpus_words
 from harness.run.trace.formats import FORMATS, TraceError
 from harness.run.trace.prompts import TraceBlocks, TraceTexts
-from harness.run.trace.requests import PassRequests, Shaped, count_over, shaped, units
+from harness.run.trace.requests import PassRequests, Shaped, shaped, units
 from harness.run.workload import UNCOUNTED, Turn
 from harness.wire.client import build_request, stream_completion
 
@@ -76,6 +76,11 @@ def trace_of(config: RunConfig) -> source.Trace:
 @functools.lru_cache(maxsize=4)
 def _shapes(config: RunConfig) -> tuple[Shaped, ...]:
     return tuple(shaped(config, trace_of(config)))
+
+
+@functools.lru_cache(maxsize=4)
+def _needs(config: RunConfig) -> tuple[context.Need, ...]:
+    return tuple(context.needs(trace_of(config), _shapes(config)))
 
 
 def _speedups(text: str) -> tuple[float, ...]:
@@ -152,11 +157,12 @@ class _Replay(base.LoadMode):
             raise ConfigError(f"trace {config.trace} has no timestamps, so --trace-start, "
                               "--trace-duration and --sort-trace do not apply: take a window "
                               "with --trace-limit")
-        need = max((s.input_tokens or 0) + s.output_tokens for s in _shapes(config))
-        if need > MAX_REQUEST_TOKENS:
-            raise ConfigError(f"the trace's longest request needs {need:,} tokens, above the "
-                              f"{MAX_REQUEST_TOKENS:,} one request may hold: scale it with "
-                              "--input-scale or clip it with --max-input-tokens")
+        longest = max(_needs(config), key=lambda n: n.tokens)
+        if longest.tokens > MAX_REQUEST_TOKENS:
+            raise ConfigError(f"the trace's longest request, {context.describe(trace, longest)}, "
+                              f"needs {longest.tokens:,} tokens, above the "
+                              f"{MAX_REQUEST_TOKENS:,} one request may hold: "
+                              f"{context.remedy(trace, [longest])}")
 
     @staticmethod
     def check_size(config: RunConfig, passes: int) -> None:
@@ -179,18 +185,21 @@ class _Replay(base.LoadMode):
         sizes = [s.input_tokens for s in _shapes(config) if s.input_tokens is not None]
         return min(max(round(statistics.median(sizes)), 32), 4096) if sizes else 128
 
-    def check_server(self, config: RunConfig, context: int | None, kv_pool: int | None) -> None:
+    def check_server(self, config: RunConfig, context_tokens: int | None,
+                     kv_pool: int | None) -> None:
+        """Every request, a session's turns with the conversation before them, must fit the
+        server's context and KV pool."""
         trace = trace_of(config)
-        for limit, what in ((context, "context (its max_model_len)"), (kv_pool, "KV pool")):
-            if limit is None:
-                continue
-            over, longest = count_over(config, trace, limit)
+        for limit, what in ((context_tokens, "context (its max_model_len)"),
+                            (kv_pool, "KV pool")):
+            over = [n for n in _needs(config) if limit is not None and n.tokens > limit]
             if over:
+                longest = max(over, key=lambda n: n.tokens)
                 raise ConfigError(
-                    f"{over:,} of the trace's {len(trace.requests):,} requests need more than "
-                    f"the server's {limit:,}-token {what} (the longest {longest:,} tokens of "
-                    "prompt and output): clip them with --max-input-tokens and "
-                    "--max-output-tokens, or scale them with --input-scale")
+                    f"{len(over):,} of the trace's {len(trace.requests):,} requests need more "
+                    f"than the server's {limit:,}-token {what}; the longest, "
+                    f"{context.describe(trace, longest)}, needs {longest.tokens:,} tokens of "
+                    f"prompt and output: {context.remedy(trace, over)}")
 
     def notes(self, stats: LevelStats) -> list[str]:
         """What the server counted and found cached against what the trace asked and shares."""
