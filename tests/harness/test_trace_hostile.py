@@ -10,9 +10,10 @@ import re
 
 import pytest
 
-from harness.config import MAX_REQUEST_TOKENS
+from harness.config import MAX_REQUEST_TOKENS, RunConfig
 from harness.run.trace import source
-from harness.run.trace.formats import TraceError
+from harness.run.trace.formats import TraceError, TraceRequest
+from harness.run.trace.requests import shaped
 from tests.helpers import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"
@@ -141,6 +142,30 @@ def test_a_window_within_the_bound_is_read_from_a_file_past_it(tmp_path, monkeyp
     assert [r.line for r in trace.requests] == [1, 5, 7, 3]
     with pytest.raises(TraceError, match=r"line 6 is past them"):  # the 6th read of the window
         source.read(shuffled, sort=True)
+
+
+class _Tripwire(tuple):
+    """Hash ids that fail the test when walked past their first `walked`."""
+
+    walked = 0
+
+    def __iter__(self):
+        for k, value in enumerate(tuple.__iter__(self)):
+            assert k < self.walked, f"id {k} walked, past the prompt's end"
+            yield value
+
+
+def test_the_ids_past_a_prompts_end_are_not_walked(tmp_path):
+    ids = _Tripwire(range(100_000))
+    ids.walked = 4  # a prompt of 1,100 tokens ends in its third 512-token block: the walk
+    # reads the fourth id to find it past the end
+    path = _write(tmp_path / "m.jsonl", [FIRST])
+    config = RunConfig(url="x", model="m", mode="trace", levels=(), trace=str(path),
+                       speedups=(1.0,))
+    trace = source.Trace(str(path), "mooncake", True, (
+        TraceRequest(1, 0.0, 1100, 2, (0, 1, 2)), TraceRequest(2, 1.0, 1100, 2, ids)),
+        0, "", 0, source.Window())
+    assert [s.prefix_tokens for s in shaped(config, trace)] == [0, 1100]
 
 
 @pytest.mark.parametrize(("lines", "flags", "shown"), [

@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -115,14 +114,17 @@ def _timestamp(name: str, line: int, value: object, field: str, scale: float) ->
     return float(value) * scale
 
 
-_LONG_NUMBER = re.compile(r"\d{19}")  # past 64 bits orjson reads an integer as a float
+_AS_NINES = bytes.maketrans(b"0123456789", b"9" * 10)
+_LONG_NUMBER = b"9" * 19  # past 64 bits orjson reads an integer as a float
 
 
 def _loads(text: str) -> object:
     """A line's JSON: orjson's (several times faster) where it reads the line as the standard
     library does; else the standard library's, whose leniencies (NaN, a lone surrogate
-    escape, an integer past 64 bits or past Python's digits) the checks after it name."""
-    if _LONG_NUMBER.search(text) is None:
+    escape, an integer past 64 bits or past Python's digits) the checks after it name. A run
+    of 19 digits is looked for in the line's bytes with every digit made a 9 (a regular
+    expression took 0.4 s on a line of a million hash ids, this 20 ms)."""
+    if _LONG_NUMBER not in text.encode().translate(_AS_NINES):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -162,8 +164,7 @@ def mooncake(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest
     for line, text in lines:
         obj = _json_object(name, line, text)
         ids = obj.get("hash_ids", [])
-        if not isinstance(ids, list) or not all(
-                isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        if not isinstance(ids, list) or not set(map(type, ids)) <= {int}:  # no bool
             raise TraceError(f"{name} line {line}: hash_ids must be a list of whole numbers")
         arrival = _timestamp(name, line, obj.get("timestamp"), "timestamp", 1e-3)
         tokens = _int_field(name, line, obj, "input_length", 1)

@@ -53,7 +53,8 @@ def shaped(config: RunConfig, trace: Trace) -> list[Shaped]:
     with the requests before it, as an unbounded prefix cache would hold them: each prefix of
     ids seen so far, with as much of its last block as an earlier request sent (a prompt's
     last block is cut where it ends, so a later request sharing that id shares that much of
-    it, and nothing after)."""
+    it, and nothing after). Ids past a prompt's end name nothing it sends and are not
+    walked."""
     block = block_tokens(config)
     sent: dict[int, float] = {}  # a prefix of ids -> the most of its last block sent
     out = []
@@ -63,8 +64,10 @@ def shaped(config: RunConfig, trace: Trace) -> list[Shaped]:
         if r.hash_ids and tokens is not None:
             shared, key, matching = 0.0, 0, True
             for j, block_id in enumerate(r.hash_ids):
+                if j * block >= tokens:  # the prompt ends before this block
+                    break
                 key = hash((key, block_id))
-                mine = max(0.0, min(block, tokens - j * block))  # this block's part it sends
+                mine = min(block, tokens - j * block)  # this block's part it sends
                 if matching and key in sent:
                     shared += min(sent[key], mine)
                     matching = sent[key] >= block
