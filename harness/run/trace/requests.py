@@ -79,12 +79,6 @@ def shaped(config: RunConfig, trace: Trace) -> list[Shaped]:
     return out
 
 
-def count_over(config: RunConfig, trace: Trace, context: int) -> tuple[int, int]:
-    """Requests whose prompt and output do not fit `context` tokens, and the longest need."""
-    sizes = [(t or 0) + o for t, o in (shape(config, r) for r in trace.requests)]
-    return sum(1 for s in sizes if s > context), max(sizes)
-
-
 @dataclass(slots=True)
 class PassRequests:
     """Builds the requests of one pass of a trace: blocks drawn for this pass (`epoch`), each
