@@ -2,7 +2,7 @@
 
 A stop during start-up (the imports take ~0.4 s) exits as one later does, 130 for Ctrl-C, 143
 for SIGTERM and 129 for SIGHUP, with one sentence and no traceback; the CLI then installs its
-own handlers.
+own handlers. `agent` skips the other commands' imports: it lives beside a server for hours.
 """
 
 import signal
@@ -17,6 +17,10 @@ def _exit_on(signum: int, frame: object) -> None:
 def main() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on)
+    if sys.argv[1:2] == ["agent"]:
+        from runners.host_agent.cli import main as agent
+
+        return agent(sys.argv[2:])
     from engram_bench.cli import main as cli
 
     return cli()

@@ -190,7 +190,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--keep-going", action="store_true",
                      help="store a round in which no request could connect as errors and go "
                           "on (default: the run stops as failed, the server having stopped "
-                          "answering)")
+                          "answering); with --workers, measure the other levels after a load "
+                          "process dies, and end the run failed for --resume to finish")
     run.add_argument("--token-times", action="store_true",
                      help="store every chunk's arrival time and tokens in the chunk_times "
                           "table: exact ITL distributions and the explorer's request timeline "

@@ -12,6 +12,7 @@ from engram_bench import extras
 from engram_bench.errors import UserError
 from engram_bench.parser import build_parser
 from harness.config import DEFAULT_LEVELS, RunConfig, StoredRun
+from harness.results import short_levels
 from harness.results.metrics import Targets
 from harness.results.store import Store
 from harness.run import modes, ray_workers, workers
@@ -79,7 +80,8 @@ def config_for(args: argparse.Namespace, store: Store,
     if not args.resume:
         return _new_config(args, cluster), None
     run = store.run(args.resume)
-    if run.status == "complete":
+    # a level a load worker's death left short was stored complete under --keep-going before
+    if run.status == "complete" and not short_levels.is_short(run, store.requests(run.run_id)):
         raise UserError(f"run {run.run_id} is already complete; nothing to resume")
     stored = StoredRun.from_json(run.config).config
     if stored is None:

@@ -1,4 +1,5 @@
-"""The `devices`, `sizing` and `recipe` subcommands of `engram-bench` (stdlib and rich)."""
+"""The `devices`, `sizing`, `recipe` and `agent` subcommands of `engram-bench` (stdlib, rich
+and, for the agent, prometheus_client)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from common.flag_types import positive_int
 from runners import recipes, sizing
+from runners.host_agent import cli as agent_cli
 from runners.profiles import PROFILES
 
 
@@ -41,6 +43,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sizing_p.add_argument("--set", action="append", default=[], metavar="FIGURE=VALUE",
                         help="override any figure, e.g. --set kv_pool_gb=18 --set table_gb=60")
     sizing_p.add_argument("--json", action="store_true")
+
+    agent = sub.add_parser("agent", help=agent_cli.HELP, description=agent_cli.DESCRIPTION)
+    agent_cli.add_arguments(agent)
+
+def cmd_agent(args: argparse.Namespace, console: Console) -> int:
+    try:
+        return agent_cli.serve(args)
+    except agent_cli.ERRORS as exc:
+        raise CommandError(str(exc)) from None
 
 
 def cmd_recipe(args: argparse.Namespace, console: Console) -> int:
@@ -117,4 +128,4 @@ def cmd_sizing(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
-    "devices": cmd_devices, "sizing": cmd_sizing, "recipe": cmd_recipe}
+    "devices": cmd_devices, "sizing": cmd_sizing, "recipe": cmd_recipe, "agent": cmd_agent}

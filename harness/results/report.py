@@ -9,7 +9,7 @@ from typing import TypeVar, cast
 
 from harness.config import RunConfig, StoredRun
 from harness.records import LoadHost, RequestRecord
-from harness.results import confidence, users
+from harness.results import confidence, short_levels, users
 from harness.results.client_check import ClientCheck
 from harness.results.client_check import describe as describe_client
 from harness.results.metrics import (
@@ -101,6 +101,7 @@ def summarise(
         levels, found, warnings = _trace_levels(run, stats, records, targets)
     else:
         levels, found, warnings = _concurrency_levels(run, stats, targets, search)
+        warnings += short_levels.flag(run, levels, records)
         intervals = level_intervals(records)
         found.update(_repeats(levels, records, cast(int, run.output_tokens), targets,
                               intervals))
@@ -365,6 +366,9 @@ def _trace_levels(run: RunRow, stats: Sequence[LevelStats], records: Sequence[Re
         if r.speedup is not None:
             by_speedup.setdefault(r.speedup, []).append(r)
     config = StoredRun.from_json(run.config).config
+    missing = sorted(set(config.speedups if config else ()) - set(verdicts))
+    if missing:
+        warnings.append(f"speedups not measured: {', '.join(f'{x:g}x' for x in missing)}")
     how = None
     if config and config.search and verdicts:
         ran = sorted(by_speedup, key=lambda x: min(r.sent_at for r in by_speedup[x]))

@@ -79,6 +79,7 @@ class LevelRow(TypedDict, total=False):
     goodput_rps: float | None
     passes: bool
     fails_because: str | None
+    missing_rounds: int  # closed and burst levels: (repeat, round) not stored whole
     rate: float | None
     p50_send_lag_ms: float | None
     p99_send_lag_ms: float | None

@@ -226,6 +226,8 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
         if config.search:
             progress.message(await mode.search(config, ledger, targets or Targets(),
                                                passes.level, progress.message))
+        if isinstance(sender, WorkerSender):  # a level --keep-going left short: failed
+            sender.check_whole()
     except (asyncio.CancelledError, KeyboardInterrupt):
         kept = _keep_unwritten(writer, store, run_id, STOP_DRAIN_S)
         unmarked = _finish(Store(store.path, STOP_LOCK_WAIT_S), run_id, "aborted",

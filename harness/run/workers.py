@@ -338,6 +338,7 @@ class WorkerSender:
         self._workers: dict[int, LoadWorker] = {}
         self._active: list[LoadWorker] = []
         self._queue: asyncio.Queue[tuple[Any, Any]] | None = None
+        self.left_short: list[str] = []  # --keep-going: the levels a worker's death cut short
 
     def _setup(self) -> Setup:
         s = self.sweep
@@ -430,14 +431,10 @@ class WorkerSender:
 
     def _died(self, died: WorkerDied, p: Pass, rounds: _Rounds, cpu_s: float, unstored: int,
               checks: list[ClientCheck]) -> LevelOutcome:
-        """What a worker's death leaves of the pass: with --keep-going, all it had stored and
-        the run goes on; else the rounds it had (in part, too) stored and WorkerDied."""
+        """What a worker's death leaves of the pass: the rounds it had (in part, too) stored,
+        and WorkerDied; with --keep-going the level is noted as left short (`left_short`, for
+        the run to end failed and --resume to finish it) and the run goes on."""
         kept = len(rounds.records)
-        if self.keep_going:
-            rounds.flush(partial=True)
-            self.notice(f"{died}; --keep-going: stored the {kept} requests it had")
-            return LevelOutcome(p.level.concurrency, rounds.records, cpu_s, p.level.rate,
-                                unstored, worker_checks=checks)
         whole = not p.rounds  # a rate or timed trace level is stored whole or not at all
         if not whole:
             rounds.flush(partial=True)
@@ -445,7 +442,19 @@ class WorkerSender:
                 "--resume measures it again)" if whole else
                 f"its {kept} measured requests are stored (a round stored in part is sent "
                 "again whole by --resume)")
-        raise WorkerDied(f"{died}: {lost}")
+        if not self.keep_going:
+            raise WorkerDied(f"{died}: {lost}")
+        self.notice(f"{died}: {lost}; --keep-going: the run goes on, and ends failed")
+        self.left_short.append(level_label(p.level.concurrency, p.level.rate, p.level.speedup))
+        return LevelOutcome(p.level.concurrency, [] if whole else rounds.records, cpu_s,
+                            p.level.rate, unstored, worker_checks=checks)
+
+    def check_whole(self) -> None:
+        """At the run's end: WorkerDied naming the levels --keep-going left short, if any."""
+        if self.left_short:
+            levels = ", ".join(dict.fromkeys(self.left_short))
+            raise WorkerDied(f"{levels} left short by a load worker that died (--keep-going "
+                             "measured the other levels): --resume measures the rest")
 
     def _stop_active(self) -> None:
         """End the pass's workers at once (a stop, or another worker died): their requests in

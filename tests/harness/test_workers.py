@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import httpx
 import pytest
 
@@ -107,6 +108,69 @@ def test_a_killed_worker_fails_the_run_in_one_sentence_and_resume_completes_it(
     records = Store(db).requests(run.run_id)
     assert sorted((r.round, r.worker) for r in records) == [
         (rnd, w) for rnd in range(40) for w in range(8)]
+
+
+def test_a_level_a_killed_worker_left_short_under_keep_going_is_flagged_and_resumed(
+        mock_process, tmp_path):
+    """--keep-going measures the next level after a worker dies, then ends the run failed
+    (not complete) naming the level left short; the summary flags it, and --resume sends what
+    it misses."""
+    url = mock_process("--ttft-ms", "20", "--itl-ms", "5")
+    db = tmp_path / "b.duckdb"
+    args = ("run", "--url", url, "--levels", "4,8", "--rounds", "30", "--workers", "2",
+            "--keep-going", "--output-tokens", "16", "--input-tokens", "16", "--db", str(db),
+            "--no-progress")
+    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_while_running(lambda: stored_rows(db) >= 16, proc, "two rounds stored")
+    os.kill(_worker_pids(proc.pid)[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    said = " ".join(err.split())
+    assert proc.returncode == 1, err
+    assert "C=4 left short by a load worker that died" in said and "Traceback" not in err
+    run = Store(db).runs()[0]
+    assert run.status == "failed"
+    summary = json.loads(run_cli("summary", "--db", str(db), "--json").stdout)
+    short = {lv["concurrency"]: lv["missing_rounds"] for lv in summary["levels"]}
+    assert 0 < short[4] < 30 and short[8] == 0, short
+    assert any(w.startswith("C=4 is short") for w in summary["warnings"]), summary["warnings"]
+    again = run_cli("run", "--resume", run.run_id, "--url", url, "--db", str(db), "--json",
+                    "--no-progress", timeout=300)
+    assert again.returncode == 0, again.stderr
+    resumed = json.loads(again.stdout)
+    assert resumed["status"] == "complete"
+    assert {lv["concurrency"]: lv["missing_rounds"] for lv in resumed["levels"]} == {4: 0, 8: 0}
+    records = Store(db).requests(run.run_id)
+    assert sorted((r.concurrency, r.round, r.worker) for r in records) == sorted(
+        (c, rnd, w) for c in (4, 8) for rnd in range(30) for w in range(c))
+
+
+def test_a_complete_run_short_of_a_round_is_flagged_and_resumed(mock_process, tmp_path):
+    """A run stored complete with a level short of a round part-stored (as --keep-going left
+    one after a worker died, before such a run ended failed): flagged, and --resume sends
+    the round again whole."""
+    url = mock_process()
+    db = tmp_path / "b.duckdb"
+    done = run_cli("run", "--url", url, "--levels", "2", "--rounds", "3", "--output-tokens",
+                   "4", "--input-tokens", "16", "--db", str(db), "--json", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    with duckdb.connect(str(db)) as con:
+        con.execute("DELETE FROM requests WHERE run_id = ? AND round = 1 AND worker = 0",
+                    [run_id])
+    summary = json.loads(run_cli("summary", "--db", str(db), "--json").stdout)
+    assert summary["status"] == "complete" and summary["levels"][0]["missing_rounds"] == 1
+    assert (f"C=2 is short: 2 of its 3 rounds are stored whole; `run --resume {run_id}` "
+            "measures the rest") in summary["warnings"]
+    again = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db), "--json",
+                    "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["levels"][0]["missing_rounds"] == 0
+    assert sorted((r.round, r.worker) for r in Store(db).requests(run_id)) == [
+        (rnd, w) for rnd in range(3) for w in range(2)]
+    once_more = run_cli("run", "--resume", run_id, "--url", url, "--db", str(db))
+    assert once_more.returncode == 2 and "is already complete" in once_more.stderr
 
 
 def test_workers_whose_main_process_is_killed_end_quietly(mock_process, tmp_path):
