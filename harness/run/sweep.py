@@ -65,7 +65,9 @@ class Sweep:
         self.prompts = prompts
         self.clock = clock
         self.line = line  # the server's tokens per word, fitted by calibration
-        self.lengths = lengths.draws(config)  # --lengths-from: each request's own lengths
+        # --lengths-from: each request's own lengths, which a worker gets with its prompts
+        self.lengths = (prompts if isinstance(prompts, lengths.LengthDraws)
+                        else lengths.draws(config))
         self.pool = ConnectionPool(endpoint, connect_timeout=config.connect_timeout_s)
         self._first_ordinal: dict[int, int] = {}
         total = 0

@@ -6,14 +6,18 @@ reaches it; refused numbers shown at a readable size."""
 from __future__ import annotations
 
 import json
+import pickle
 import re
 
 import pytest
 
 from harness.config import MAX_REQUEST_TOKENS, RunConfig
-from harness.run.trace import source
+from harness.run.sweep import Sweep
+from harness.run.trace import lengths, source
 from harness.run.trace.formats import TraceError, TraceRequest
 from harness.run.trace.requests import shaped
+from harness.wire.client import Clock
+from harness.wire.endpoint import Endpoint
 from tests.helpers import run_cli
 
 DEAD_URL = "http://127.0.0.1:9/v1"
@@ -142,6 +146,27 @@ def test_a_window_within_the_bound_is_read_from_a_file_past_it(tmp_path, monkeyp
     assert [r.line for r in trace.requests] == [1, 5, 7, 3]
     with pytest.raises(TraceError, match=r"line 6 is past them"):  # the 6th read of the window
         source.read(shuffled, sort=True)
+
+
+def test_a_worker_draws_its_lengths_from_its_prompts_without_the_trace(tmp_path):
+    """A load worker gets the sweep's prompts pickled: under --lengths-from they carry the
+    lengths, not the trace, and the worker's sweep draws from them without reading it."""
+    path = _write(tmp_path / "b.csv", [BURST] + [f"{k},{10 + k},{1 + k % 7},c"
+                                                  for k in range(300)])
+    config = RunConfig(url="http://127.0.0.1:9/v1", model="m", levels=(1,),
+                       lengths_from=str(path))
+    draws = lengths.draws(config)
+    assert draws is not None
+    drawn = [draws.at(k) for k in range(100)]
+    shipped = pickle.dumps(lengths.prompts(config))
+    assert b"TraceRequest" not in shipped
+    path.unlink()  # nothing left to read, as in a worker that must not read it
+    lengths.read.cache_clear()
+    lengths.draws.cache_clear()
+    sweep = Sweep(config, Endpoint(config.url), "run", pickle.loads(shipped), Clock())
+    assert sweep.lengths is not None
+    assert [sweep.lengths.at(k) for k in range(100)] == drawn
+    sweep.close()
 
 
 class _Tripwire(tuple):
