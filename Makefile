@@ -54,7 +54,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-faults test-vllm test-distributed lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-trace bench-peers bench-explorer cuda-check serve explore summary export clean
+.PHONY: venv test test-faults test-vllm test-distributed lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-trace bench-peers bench-explorer bench-agent cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -179,6 +179,11 @@ explore: $(EXPLORER)
 
 bench-explorer: $(ALL)
 	$(BIN)/python benchmarks/explorer_pages.py
+
+# What `engram-bench agent` costs the serving host: CPU and RSS at 1 Hz on a 2 GiB table, and
+# one residency sample of sparse 64 GiB and 200 GiB files (made with truncate under /var/tmp).
+bench-agent: $(CORE)
+	$(BIN)/python -m benchmarks.host_agent
 
 summary: $(CORE)
 	$(BIN)/engram-bench summary $(if $(RUN),$(RUN),latest) --db $(DB)
