@@ -84,7 +84,8 @@ def matching(text: str) -> list[int]:
 
 
 class ProcessTree:
-    """The roots and every process descended from them."""
+    """The roots and every process descended from them, the reading process and its own
+    children left out (an agent started by the server it watches does not count itself)."""
 
     def __init__(self, roots: Iterable[int]) -> None:
         self._members: dict[int, int] = {}  # pid -> start_ticks of the members last seen
@@ -107,9 +108,10 @@ class ProcessTree:
 
         alive: dict[int, ProcStat] = {}
         queue = [pid for pid in self._members if pid in listed]
+        reader = os.getpid()
         while queue:
             pid = queue.pop()
-            if pid in alive or (stat := read_stat(pid)) is None:
+            if pid in alive or pid == reader or (stat := read_stat(pid)) is None:
                 continue
             if self._members.get(pid) != stat.start_ticks and stat.ppid not in alive:
                 continue  # not a member: a parent read earlier, or a member's PID reused

@@ -236,6 +236,12 @@ def test_a_file_no_block_device_holds_has_no_disk_series():
     assert note.startswith(f"note: no block device holds {folder}/t.bin")
 
 
+def test_the_agent_leaves_itself_out_of_the_tree_it_watches():
+    """Started here, the agent is this process's child: it counts this process only."""
+    with _agent("--pid", str(os.getpid())) as (url, _):
+        assert _scrape(url).processes.alive == 1
+
+
 def test_stride_runs_cover_the_file_in_successive_samples():
     pages, window = 3 * residency.WINDOW_PAGES + 100, residency.WINDOW_PAGES
     whole = residency.stride_runs(pages, 1.0, 0)
