@@ -114,7 +114,7 @@ def sample(path: str, size: int, method: str, fraction: float, phase: int) -> Re
         return Residency(0, 1.0)
     pages = -(-size // PAGE)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:

@@ -102,6 +102,8 @@ class Tables:
                 st = os.stat(path)
             except OSError:
                 continue  # gone since the listing: no series this sample
+            if not stat.S_ISREG(st.st_mode):
+                continue  # replaced since the start by what is no file (a FIFO would block)
             if st.st_dev not in self._disks:
                 self._disks[st.st_dev] = disk_of(st.st_dev)
             sized.append((path, st.st_size, self._disks[st.st_dev]))

@@ -236,6 +236,17 @@ def test_a_file_no_block_device_holds_has_no_disk_series():
     assert note.startswith(f"note: no block device holds {folder}/t.bin")
 
 
+def test_a_table_file_replaced_by_a_fifo_loses_its_series_and_the_agent_goes_on(tmp_path):
+    table = _table(tmp_path, 4)
+    with _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+        assert len(_scrape(url).tables) == 1
+        table.unlink()
+        os.mkfifo(table)
+        assert _scrape(url).tables == ()  # neither opened (it would block) nor invented
+        table.unlink()
+        assert _scrape(url).source == AGENT
+
+
 def test_the_agent_leaves_itself_out_of_the_tree_it_watches():
     """Started here, the agent is this process's child: it counts this process only."""
     with _agent("--pid", str(os.getpid())) as (url, _):
