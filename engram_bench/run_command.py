@@ -34,17 +34,17 @@ _DEATH_GRACE_S = 10.0  # how long a failed run waits for a managed server that s
 
 
 @contextlib.contextmanager
-def _target(config: RunConfig, console: Console) -> Iterator[str]:
+def _target(config: RunConfig, console: Console) -> Iterator[tuple[str, int | None]]:
     """The URL to sweep: the given one, or a managed engine's server started (and stopped)
-    here."""
+    here, with its process (each level measures its CPU)."""
     if not config.server_args:
-        yield config.url
+        yield config.url, None
         return
     engine = engines.engine_of(config.server_args)
     with engine.serve(config.server_args,
                       lambda text: console.print(text, highlight=False)) as server:
         try:
-            yield server.url
+            yield server.url, server.pid
         except Exception:  # a death explains whatever failed after it
             if death := server.death_within(_DEATH_GRACE_S):
                 raise ServerDied(death) from None
@@ -104,14 +104,16 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     try:
         # one writer per run (a second --resume is refused), taken before a server starts;
         # the file held open, so one deleted under the run is put back with what it stored
-        with store.run_lock(run_id), store.held_open(), _target(config, status) as url:
+        with store.run_lock(run_id), store.held_open(), \
+                _target(config, status) as (url, server_pid):
             config = replace(config, url=url)
             endpoint = Endpoint(config.url, config.api,
                                 args.api_key or os.environ.get("OPENAI_API_KEY"),
                                 ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
                                 insecure=config.insecure)
             aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id),
-                            prompts=prompts, targets=run_targets, cluster=cluster))
+                            prompts=prompts, targets=run_targets, cluster=cluster,
+                            server_pid=server_pid))
     except ServerDied as exc:
         progress.stop()
         with contextlib.suppress(StoreError):  # a run it had started is failed, not complete

@@ -87,6 +87,9 @@ COLUMNS: dict[str, Column] = {
     "loop_lag_p99_ms": Column("harness loop lag p99 (ms)", "number", "%.2f"),
     "read_lag_mean_ms": Column("harness first-token read lag (ms)", "number", "%.2f"),
     "client_cpu_share": Column("harness CPU (of a core)", "number", "percent"),
+    "server_starved": Column("server starved of CPU", "check"),
+    "server_cores": Column("server CPU (cores)", "number", "%.2f"),
+    "others_cpu_share": Column("other processes' CPU (of the machine)", "number", "percent"),
     "lag_limited": Column("send lag > 10 ms", "check"),
     # multi-turn runs: per turn of the conversations
     "turn": Column("turn", "number", COUNT),
@@ -108,13 +111,15 @@ COLUMNS: dict[str, Column] = {
 # the run id follows unpinned, or long published names would fill a narrow window on their own.
 RUN_PINNED = ("max_c", "chat_users", "agentic_users")
 # a level's verdict and the figures judged lead; then every other LevelStats figure in its
-# order (harness.results.figure), the harness's self-check and the cached prompt tokens
+# order (harness.results.figure), the harness's self-check, a started server's CPU and the
+# cached prompt tokens
 LEVEL_LEAD = ("concurrency", "rate", "passes", "probe", "mean_ttft_ms", "p99_ttft_ms",
               "mean_tps", "p10_tps", "fails_because")
 LEVEL_COLUMNS = (*LEVEL_LEAD,
                  *(c for c in (*figure_names("level", "explorer"),
                                *figure_names("rate", "explorer")) if c not in LEVEL_LEAD),
                  "client_bound", "loop_lag_p99_ms", "read_lag_mean_ms", "client_cpu_share",
+                 "server_starved", "server_cores", "others_cpu_share",
                  *figure_names("trace", "explorer"))
 # goodput per level under the SLO set on the Run page
 GOODPUT_COLUMNS = ("concurrency", "requests", *figure_names("slo", "explorer"))

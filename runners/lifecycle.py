@@ -94,6 +94,11 @@ class ManagedServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process, the root of its process tree; None when not running."""
+        return self.proc.pid if self.proc else None
+
     def __enter__(self) -> ManagedServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for attempt in range(self.attempts):

@@ -244,6 +244,9 @@ def _print_max_c(summary: Summary, console: Console) -> None:
         f"[bold]{summary['agentic_users']}[/] (x{t['agentic_factor']:g})",
         highlight=False,
     )
+    if starved := summary.get("max_c_starved"):
+        console.print(f"[yellow]Max C {summary['max_c']} may be this machine's, not the "
+                      f"server's:[/] {starved}", highlight=False)
     if search := summary.get("max_c_search"):
         console.print(f"Max C found by --search: {search['how']}", highlight=False)
     agree = summary.get("max_c_agreement")

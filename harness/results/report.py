@@ -29,6 +29,8 @@ from harness.results.metrics import (
 )
 from harness.results.run_row import RunRow
 from harness.results.search import USERS_RESOLUTION, SearchPlan, outcomes, plan, plan_speedup
+from harness.results.server_cpu import ServerCpu, starved_because
+from harness.results.server_cpu import describe as describe_starved
 from harness.results.server_metrics import MetricRow, level_figures
 from harness.results.store import Store
 from harness.results.summary import (
@@ -83,6 +85,7 @@ def summarise(
     think_means: Mapping[int, float] | None = None,
     lead_ins: Mapping[int, users.LeadIn] | None = None,
     load_hosts: Sequence[LoadHost] = (),
+    server_cpu: Mapping[tuple[int, float | None], ServerCpu] | None = None,
 ) -> Summary:
     """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
     A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency.
@@ -91,7 +94,9 @@ def summarise(
     the target's own figures (server_levels), of which speculative decoding is shown; `client`:
     per level, the harness's self-check (a client-bound level is named in the warnings);
     `think_means` and `lead_ins`: a users run's mean think Z and lead-in per level, as its
-    sweep stored them; `load_hosts`: where a `--ray` run's load workers ran."""
+    sweep stored them; `load_hosts`: where a `--ray` run's load workers ran; `server_cpu`:
+    per level, the CPU of a server the run started and others' (a starved level is named in
+    the warnings, and in the verdict when it decided Max C)."""
     levels: list[LevelRow]
     found: Summary
     key = level_key(run.mode)
@@ -128,6 +133,16 @@ def summarise(
         row["client_bound"] = checked.client_bound if checked else None
         if checked and checked.client_bound:
             warnings.append(describe_client(row_name(row), checked))
+        cpu = (server_cpu or {}).get((row["concurrency"], row.get("rate")))
+        row["server_cores"] = _round(cpu.server_cores) if cpu else None
+        row["others_cpu_share"] = _round(cpu.others_share) if cpu else None
+        row["idle_cpu_share"] = _round(cpu.idle_share) if cpu else None
+        row["server_starved"] = cpu.server_starved if cpu else None
+        if cpu and cpu.server_starved:
+            warnings.append(describe_starved(row_name(row), cpu))
+    if key not in ("R", "X", "U"):  # a Max C verdict
+        found["max_c_starved"] = _starved_verdict(levels, cast(int, found["max_c"]),
+                                                  server_cpu or {})
     if key == "U":
         found.update(_users(run, levels, records, targets, paired, think_means, intervals,
                             lead_ins or {}))
@@ -162,6 +177,19 @@ def summarise(
     summary["load_hosts"] = [cast(LoadHostDict, asdict(h)) for h in load_hosts]
     summary["warnings"] = warnings
     return summary
+
+
+def _starved_verdict(levels: Sequence[LevelRow], max_c: int,
+                     server_cpu: Mapping[tuple[int, float | None], ServerCpu]) -> str | None:
+    """The clause for the verdict when the level that stopped Max C (the lowest failing one
+    above it) failed while the server was starved: Max C may be the machine's, not the
+    server's."""
+    above = [row for row in levels if not row["passes"] and row["concurrency"] > max_c]
+    if not above:
+        return None
+    decider = min(above, key=lambda row: row["concurrency"])
+    cpu = server_cpu.get((decider["concurrency"], decider.get("rate")))
+    return starved_because(row_name(decider), cpu) if cpu and cpu.server_starved else None
 
 
 def _users(run: RunRow, levels: list[LevelRow], records: Sequence[RequestRecord],

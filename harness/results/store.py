@@ -21,6 +21,7 @@ from harness.records import LoadHost, RequestRecord
 from harness.results.client_check import ClientCheck
 from harness.results.results_file import ResultsFile, StoreError
 from harness.results.run_row import RunRow
+from harness.results.server_cpu import ServerCpu, most_starved
 from harness.results.token_timing import StreamTiming, stream_timing
 from harness.results.users import LeadIn, worst_lead_in
 
@@ -186,6 +187,20 @@ class Store(ResultsFile):
                          c.cpu_wait_share, c.read_lag_mean_ms])
             con.execute("COMMIT")
 
+    def write_server_cpu(self, run_id: str, concurrency: int, c: ServerCpu,
+                         rate: float | None = None, repeat: int = 0) -> None:
+        """A started server's CPU and others' over one pass of a level (replacing an earlier
+        try)."""
+        with self._connect() as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM server_cpu WHERE run_id = ? AND concurrency = ? "
+                        "AND rate IS NOT DISTINCT FROM ? AND repeat = ?",
+                        [run_id, concurrency, rate, repeat])
+            con.execute("INSERT INTO server_cpu VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, concurrency, rate, repeat, c.wall_s, c.cpus, c.server_cpu_s,
+                         c.own_cpu_s, c.others_cpu_s, c.server_starved])
+            con.execute("COMMIT")
+
     def write_user_level(self, run_id: str, concurrency: int, repeat: int,
                          think_mean_s: float | None, think_dist: str, lead_in: LeadIn) -> None:
         """A users pass's mean think Z and lead-in (a resumed pass's replace the earlier
@@ -249,6 +264,16 @@ class Store(ResultsFile):
         rows = self._query("SELECT * EXCLUDE (run_id, repeat, client_bound) FROM client_checks "
                            "WHERE run_id = ? ORDER BY loop_lag_p99_ms NULLS FIRST", [run_id])
         return {(r.pop("concurrency"), r.pop("rate")): ClientCheck(**r) for r in rows}
+
+    def server_cpu(self, run_id: str) -> dict[tuple[int, float | None], ServerCpu]:
+        """Per level of a run against a server it started, the pass whose server was most
+        starved; empty for any other run."""
+        rows = self._query("SELECT * EXCLUDE (run_id, repeat, server_starved) FROM server_cpu "
+                           "WHERE run_id = ?", [run_id])
+        passes: dict[tuple[int, float | None], list[ServerCpu]] = {}
+        for r in rows:
+            passes.setdefault((r.pop("concurrency"), r.pop("rate")), []).append(ServerCpu(**r))
+        return {level: most_starved(found) for level, found in passes.items()}
 
     def lead_ins(self, run_id: str) -> dict[int, LeadIn]:
         """Users mode: per level, its passes' lead-ins (harness.results.users.worst_lead_in)."""

@@ -75,6 +75,13 @@ class LevelRow(TypedDict, total=False):
     read_lag_mean_ms: float | None  # how late the loop read first tokens (the kernel's clock)
     unread_bytes_max: int | None
     client_bound: bool | None
+    # a server `run` started itself (harness.results.server_cpu): the cores it kept busy, the
+    # shares of the machine's CPU time other processes took and no process used, and whether
+    # that starved it
+    server_cores: float | None
+    others_cpu_share: float | None
+    idle_cpu_share: float | None
+    server_starved: bool | None
     goodput_share: float | None  # with --slo
     goodput_rps: float | None
     passes: bool
@@ -200,6 +207,7 @@ class Summary(TypedDict, total=False):
     levels: list[LevelRow]
     max_c: int | None
     max_c_search: SearchDict | None
+    max_c_starved: str | None  # the level that decided Max C failed while the server starved
     chat_users: int | None
     agentic_users: int | None
     repeats: int

@@ -34,6 +34,8 @@ from harness.results.metrics import (
     prompt_warning,
 )
 from harness.results.run_row import RunRow
+from harness.results.server_cpu import ServerCpu
+from harness.results.server_cpu import describe as describe_starved
 from harness.results.server_table import describe_server_table, server_table
 from harness.results.store import Store, StoreError
 from harness.run import aio, modes
@@ -43,6 +45,7 @@ from harness.run.modes.base import Ledger, Level, LevelOutcome, LoadMode, Pass, 
 from harness.run.progress import LevelProgress
 from harness.run.prompts import Prompts, load
 from harness.run.ray_workers import Cluster, RaySpawner
+from harness.run.server_cpu_monitor import ServerCpuMonitor
 from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
 from harness.run.workers import WorkerDied, WorkerSender
 from harness.run.workload import Calibration, TokenLine, calibrate, payload
@@ -169,15 +172,17 @@ async def execute(
     prompts: Prompts | None = None,
     targets: Targets | None = None,
     cluster: Cluster | None = None,
+    server_pid: int | None = None,
 ) -> RunResult:
     """Run (or resume) a sweep. TargetError (or ConfigError, for prompts a resumed run no longer
     has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded.
     RunStopped when a signal stops it (aio.run), saying whether the run had been stored.
-    `cluster`: the Ray cluster `--ray` joined, whose actors send the load."""
+    `cluster`: the Ray cluster `--ray` joined, whose actors send the load. `server_pid`: the
+    process of a server this run started itself, whose CPU each level measures."""
     report = _StopReport(stored=resume)
     try:
         return await _execute(config, endpoint, store, progress, run_id, resume, prompts,
-                              targets, report, cluster)
+                              targets, report, cluster, server_pid)
     except (asyncio.CancelledError, KeyboardInterrupt) as exc:
         signum = aio.stopping()
         if signum is None and isinstance(exc, asyncio.CancelledError):
@@ -187,7 +192,8 @@ async def execute(
 
 async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress: LevelProgress,
                    run_id: str, resume: bool, prompts: Prompts | None, targets: Targets | None,
-                   report: _StopReport, cluster: Cluster | None) -> RunResult:
+                   report: _StopReport, cluster: Cluster | None,
+                   server_pid: int | None) -> RunResult:
     mode = modes.mode_for(modes.check(config).mode)  # e.g. a rate level of no request
     ensure_open_files(config)  # a level past the limit would be stored as server errors
     check_run_id(run_id)
@@ -216,7 +222,8 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
               if config.workers > 1 or spawner else mode.sender(sweep))
     passes = Passes(config, mode, ledger, sweep, sender, writer,
                     Scraper(endpoint) if config.server_metrics else None,
-                    LoopMonitor(sweep.pool.unread_bytes), progress, prompts.calibrated)
+                    LoopMonitor(sweep.pool.unread_bytes), progress, prompts.calibrated,
+                    ServerCpuMonitor(server_pid) if server_pid else None)
     try:
         if config.warmup and not resume:  # before the first level's scrape: left out
             first = config.levels[0] if config.levels else 1
@@ -326,6 +333,7 @@ class Passes:
     monitor: LoopMonitor
     progress: LevelProgress
     calibrated: bool  # prompts sized to --input-tokens: warn when the server counts otherwise
+    server_cpu: ServerCpuMonitor | None = None  # a server this run started: its CPU per pass
     outcomes: list[LevelOutcome] = field(default_factory=list)
 
     async def level(self, level: Level) -> None:
@@ -349,9 +357,12 @@ class Passes:
             progress.message(note)
         await self.sender.warm(p)  # before its clock and the loop's monitor
         progress.start_level(p.level.concurrency, p.requests)
+        if self.server_cpu:
+            self.server_cpu.start()
         self.monitor.start()
         outcome = await self.sender.run_pass(p, self.commit, progress.advance)
         outcome.client = worst([self.monitor.stop(), *outcome.worker_checks])
+        server_cpu = self.server_cpu.stop() if self.server_cpu else None
         rows, notes = await self.scraper.stop() if self.scraper else ([], [])
         await self.writer.flush()
         stats = level_stats(p.level.concurrency, outcome.records, self.config.output_tokens,
@@ -361,7 +372,7 @@ class Passes:
             progress.message(note)
         self._warn(p, outcome, stats)
         after = await target.fetch_stats(endpoint)
-        self._store(p, outcome, stats, (before, after), rows)
+        self._store(p, outcome, stats, (before, after), rows, server_cpu)
         self.outcomes.append(outcome)
 
     def _warn(self, p: Pass, outcome: LevelOutcome, stats: LevelStats) -> None:
@@ -375,9 +386,11 @@ class Passes:
             self.progress.message(note)
 
     def _store(self, p: Pass, outcome: LevelOutcome, stats: LevelStats,
-               server: tuple[dict | None, dict | None], rows: list) -> None:
+               server: tuple[dict | None, dict | None], rows: list,
+               server_cpu: ServerCpu | None) -> None:
         """A pass's figures beside its requests: the server's counters (before, after) and
-        /metrics rows, the client's own check, what the mode keeps."""
+        /metrics rows, the client's own check, a server this run started: its CPU and
+        others', what the mode keeps."""
         store, run_id, c, rate = self.ledger.store, self.ledger.run_id, p.level.concurrency, \
             p.level.rate
         if server[0] is not None or server[1] is not None:
@@ -386,10 +399,14 @@ class Passes:
             store.write_server_metrics(run_id, c, rows, rate, p.repeat)
         assert outcome.client is not None
         store.write_client_check(run_id, c, outcome.client, rate, p.repeat)
+        if server_cpu:
+            store.write_server_cpu(run_id, c, server_cpu, rate, p.repeat)
         self.mode.store_pass(store, self.config, run_id, p, outcome)
         if outcome.client.client_bound:
             self.progress.message(
                 f"warning: {describe_client(level_name(stats), outcome.client)}")
+        if server_cpu and server_cpu.server_starved:
+            self.progress.message(f"warning: {describe_starved(level_name(stats), server_cpu)}")
         # what the prompts sent so far measured, right even if the run is killed next
         store.update_run(run_id, measured_input_tokens=mean_prompt_tokens(store.requests(run_id)))
 

@@ -131,6 +131,22 @@ CREATE TABLE IF NOT EXISTS client_checks (
     -- mean over the pass (the kernel's TCP_INFO; `--workers`: the slowest process's mean)
     read_lag_mean_ms DOUBLE
 );
+-- each pass of a level against a server `run` started itself: was the machine the limit? the
+-- CPU seconds of the server's process tree, of the run's own processes and of every other
+-- process on the machine (/proc/stat's busy time less the two trees), over the pass's wall time
+-- on `cpus` CPUs (harness.results.server_cpu)
+CREATE TABLE IF NOT EXISTS server_cpu (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    rate DOUBLE,
+    repeat INTEGER,
+    wall_s DOUBLE,
+    cpus INTEGER,
+    server_cpu_s DOUBLE,
+    own_cpu_s DOUBLE,
+    others_cpu_s DOUBLE,
+    server_starved BOOLEAN  -- others took more than the stated share of the machine's CPU time
+);
 -- users mode, per pass of a level: the mean think Z its stored thinks were drawn around
 -- (harness.run.think), how thinks spread around it, the unstored requests before them, and
 -- whether that lead-in settled: its last cycle paced within tolerance of the target duty

@@ -44,6 +44,12 @@ WITH spans AS (
         max(read_lag_mean_ms) AS read_lag_mean_ms,
         max(cpu_share) AS client_cpu_share, bool_or(client_bound) AS client_bound
     FROM client_checks GROUP BY run_id, concurrency, rate
+), cpu AS (  -- a server the run started itself: the pass whose server was most starved
+    SELECT run_id, concurrency, rate,
+        arg_max(server_cpu_s / wall_s, others_cpu_s / (wall_s * cpus)) AS server_cores,
+        max(others_cpu_s / (wall_s * cpus)) AS others_cpu_share,
+        bool_or(server_starved) AS server_starved
+    FROM server_cpu WHERE wall_s > 0 AND cpus > 0 GROUP BY run_id, concurrency, rate
 )
 SELECT
     q.run_id,
@@ -104,13 +110,18 @@ SELECT
     any_value(client.loop_lag_p99_ms) AS loop_lag_p99_ms,
     any_value(client.read_lag_mean_ms) AS read_lag_mean_ms,
     any_value(client.client_cpu_share) AS client_cpu_share,
-    any_value(client.client_bound) AS client_bound
+    any_value(client.client_bound) AS client_bound,
+    any_value(cpu.server_cores) AS server_cores,
+    any_value(cpu.others_cpu_share) AS others_cpu_share,
+    any_value(cpu.server_starved) AS server_starved
 FROM q JOIN runs USING (run_id)
 LEFT JOIN probes p ON p.run_id = q.run_id AND p.concurrency = q.concurrency AND q.rate IS NULL
 LEFT JOIN itl ON itl.run_id = q.run_id AND itl.concurrency = q.concurrency
     AND itl.rate IS NOT DISTINCT FROM q.rate
 LEFT JOIN client ON client.run_id = q.run_id AND client.concurrency = q.concurrency
     AND client.rate IS NOT DISTINCT FROM q.rate
+LEFT JOIN cpu ON cpu.run_id = q.run_id AND cpu.concurrency = q.concurrency
+    AND cpu.rate IS NOT DISTINCT FROM q.rate
 GROUP BY q.run_id, q.concurrency, q.rate;
 -- multi-turn runs: per level and turn, the context each turn sent and what the server reused
 CREATE OR REPLACE VIEW turns AS
