@@ -91,6 +91,8 @@ def _length(name: str, line: int, field: str, value: object, minimum: int) -> in
     past that is no request a served model takes (the longest context one states is 10M
     tokens), and one past INT32 would not fit the stored request it is recorded in, clipped
     or not."""
+    if type(value) is int and minimum <= value <= MAX_REQUEST_TOKENS:  # the common case
+        return value
     if not _finite(value) or value != int(value) \
             or not minimum <= value <= MAX_REQUEST_TOKENS:
         raise _length_error(name, line, field, minimum, _shown(value))
@@ -177,22 +179,24 @@ def mooncake(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest
 
 def _text(name: str, line: int, obj: dict) -> tuple[dict, ...]:
     """A jsonl line's messages: `messages` as given, or `prompt` as one user message."""
-    if isinstance(obj.get("prompt"), str):
-        messages: object = [{"role": "user", "content": obj["prompt"]}]
+    prompt = obj.get("prompt")
+    if isinstance(prompt, str):
+        messages: tuple[dict, ...] = ({"role": "user", "content": prompt},)
     else:
-        messages = obj.get("messages")
-    if not isinstance(messages, list) or not messages or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str)
-            and isinstance(m.get("content"), str) for m in messages):
-        raise TraceError(f"{name} line {line}: expected \"prompt\" (text) or \"messages\" (a "
-                         "list of {\"role\", \"content\"} objects with text content)")
+        given = obj.get("messages")
+        if not isinstance(given, list) or not given or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str) for m in given):
+            raise TraceError(f"{name} line {line}: expected \"prompt\" (text) or \"messages\" "
+                             "(a list of {\"role\", \"content\"} objects with text content)")
+        messages = tuple({"role": m["role"], "content": m["content"]} for m in given)
     for m in messages:
         try:
             m["content"].encode()
         except UnicodeEncodeError:  # JSON may escape half a surrogate pair ("\ud800")
             raise TraceError(f"{name} line {line} holds half a surrogate pair (an unpaired "
                              "\\ud800 to \\udfff), which is no text") from None
-    return tuple({"role": m["role"], "content": m["content"]} for m in messages)
+    return messages
 
 
 def jsonl(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest]:
@@ -256,7 +260,7 @@ def _csv_rows(name: str, lines: Lines, needed: tuple[str, ...]) -> Iterator[tupl
         if len(values) != len(columns):
             raise TraceError(f"{name} line {line}: {len(values)} fields where the header has "
                              f"{len(columns)}")
-        yield line, dict(zip(columns, (v.strip() for v in values), strict=True))
+        yield line, dict(zip(columns, [v.strip() for v in values], strict=True))
 
 
 def _cut(text: str) -> str:
@@ -272,7 +276,9 @@ def _csv_int(name: str, line: int, row: dict, field: str, minimum: int) -> int:
         raise _length_error(name, line, field, minimum, _cut(repr(text)))
     if len(digits := text.lstrip("0")) > 18:
         raise _length_error(name, line, field, minimum, figure(Decimal(digits)))
-    return _length(name, line, field, int(text), minimum)
+    if not minimum <= (value := int(text)) <= MAX_REQUEST_TOKENS:
+        raise _length_error(name, line, field, minimum, _shown(value))
+    return value
 
 
 def azure(name: str, lines: Lines, skipped: Skipped) -> Iterator[TraceRequest]:
