@@ -12,6 +12,7 @@ A file that fails verification is refused, never silently rebuilt over.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -189,6 +190,14 @@ def open_verified(path: Path, geometry: EngramGeometry, fill_seed: int = 0) -> T
 
 
 def open_or_create(path: Path, geometry: EngramGeometry, fill_seed: int = 0) -> TableFile:
+    """The table at `path`, written first where there is none. Servers that start at once
+    write it once: each takes a lock beside it, and one that waited finds it written (two
+    writers of one temporary file left a wrong checksum, or none to rename)."""
     if path.exists():
         return open_verified(path, geometry, fill_seed)
-    return create(path, geometry, fill_seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return open_verified(path, geometry, fill_seed)
+        return create(path, geometry, fill_seed)

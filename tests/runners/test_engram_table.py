@@ -1,5 +1,10 @@
 """Geometry, tokenizer, table file and every table placement (small tables, CPU)."""
 
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+
 import numpy as np
 import pytest
 import torch
@@ -86,6 +91,32 @@ def test_table_file_is_reused_and_foreign_files_refused(small_table, tmp_path):
     with pytest.raises(table_file.TableFileError, match="bad magic"):
         table_file.open_or_create(junk, geometry)
     assert junk.read_bytes() == b"not a table" * 100  # refused, never rebuilt over
+
+
+def test_servers_that_start_at_once_write_one_table(monkeypatch, tmp_path):
+    """The second waits for the first, held as it begins to write, then reads its file: it
+    neither writes the same temporary file nor leaves the first none to rename."""
+    geometry = EngramGeometry(**QWEN, table_bytes=4 * 2**20)
+    path = tmp_path / "tables" / "t.bin"
+    chunks, held, release = table_file._fp8_chunks, threading.Event(), threading.Event()
+
+    def first_held(*args):
+        if not held.is_set():  # the first writer, its file opened
+            held.set()
+            release.wait(30)
+        yield from chunks(*args)
+
+    monkeypatch.setattr(table_file, "_fp8_chunks", first_held)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(table_file.open_or_create, path, geometry)
+        assert held.wait(30)
+        second = pool.submit(table_file.open_or_create, path, geometry)
+        with contextlib.suppress(FuturesTimeout):
+            second.result(timeout=1)  # unlocked, it would write its own meanwhile
+        release.set()
+        tables = [first.result(timeout=60), second.result(timeout=60)]
+    assert [t.rows for t in tables] == [geometry.total_rows] * 2
+    assert table_file.open_verified(path, geometry).rows == geometry.total_rows
 
 
 def test_truncated_and_changed_files_are_refused(small_table, tmp_path):
