@@ -7,6 +7,11 @@
 2. A timed replay at 50 requests/s (a Poisson trace of --seconds, speedup 1) against the fake
    server in a process of its own: the send lag p50/p99 the summary reports, against rate
    mode's target (p99 within 2 ms at 50 requests/s).
+3. A trace of --refused-lines lines (10M: ten times the requests one run may hold), written
+   to a temporary folder in BurstGPT's and engram-bench's JSONL formats (the two whose lines
+   are short enough for 10M to fit a trace's 256 MiB) and given to `engram-bench run --trace`
+   and `--lengths-from`: the seconds until it is refused and the CLI process's peak RSS
+   (target: under 10 s and 300 MB).
 
     .venv/bin/python -m benchmarks.trace_speed        # part of `make bench-trace`
 """
@@ -100,11 +105,57 @@ def send_lag(rate: float, seconds: float) -> dict:
             "p50": level["p50_send_lag_ms"], "p99": level["p99_send_lag_ms"]}
 
 
+_PEAK = textwrap.dedent("""
+    import json, resource, subprocess, sys, time
+    t0 = time.perf_counter()
+    done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "rc": done.returncode,
+                      "stderr": done.stderr,
+                      "peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+""")
+
+
+def _long_trace(path: Path, fmt: str, lines: int) -> Path:
+    """`lines` requests of one token each way (BurstGPT: a second apart)."""
+    with path.open("w") as f:
+        if fmt == "burstgpt":
+            f.write("Timestamp,Request tokens,Response tokens,Log Type\n")
+            f.writelines(f"{k},1,1,c\n" for k in range(lines))
+        else:
+            f.writelines('{"prompt": "a"}\n' for _ in range(lines))
+    return path
+
+
+def refusal(lines: int) -> list[dict]:
+    """Each format and flag: how long the CLI takes to refuse a trace of `lines` lines, and
+    its peak RSS (a fresh process that runs nothing but the CLI, so the peak is the CLI's)."""
+    out = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for fmt, name in (("burstgpt", "long.csv"), ("jsonl", "long.jsonl")):
+            path = _long_trace(Path(scratch) / name, fmt, lines)
+            flags = ["--trace"] + (["--lengths-from"] if fmt == "burstgpt" else [])
+            for flag in flags:
+                done = subprocess.run(
+                    [sys.executable, "-c", _PEAK, sys.executable, "-m", "engram_bench", "run",
+                     "--url", "http://127.0.0.1:9/v1", flag, str(path),
+                     "--db", f"{scratch}/b.duckdb"],
+                    capture_output=True, text=True, cwd=ROOT, check=True)
+                got = json.loads(done.stdout)
+                if got["rc"] != 2 or "requests one run may hold" not in got["stderr"]:
+                    raise SystemExit(f"{flag} {path} was not refused for its size: "
+                                     f"{got['stderr'].strip()[-300:]}")
+                out.append({"format": fmt, "flag": flag, "mib": path.stat().st_size / 2**20,
+                            **got})
+            path.unlink()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--refused-lines", type=int, default=10_000_000)
     args = parser.parse_args()
     read = read_speed(args.lines)
     print(f"read and scheduled {read['requests']:,} lines ({read['mib']:.0f} MiB, "
@@ -117,6 +168,10 @@ def main() -> None:
     lag = send_lag(args.rate, args.seconds)
     print(f"timed replay of {lag['requests']} requests at {lag['rate']:.1f} requests/s: send "
           f"lag p50 {lag['p50']:.2f} ms, p99 {lag['p99']:.2f} ms")
+    for r in refusal(args.refused_lines):
+        print(f"a {args.refused_lines:,}-line {r['format']} trace ({r['mib']:.0f} MiB) given "
+              f"to {r['flag']}: refused in {r['seconds']:.1f} s, the CLI's peak RSS "
+              f"{r['peak_mib']:.0f} MiB")
 
 
 if __name__ == "__main__":
