@@ -27,6 +27,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     recipe.add_argument("--model", required=True)
     recipe.add_argument("--device", required=True)
     recipe.add_argument("--nodes", type=positive_int)
+    recipe.add_argument("--placement", choices=("device", "host", "nvme"),
+                        help="where the table is (default: every published placement)")
     recipe.add_argument("--port", type=positive_int, default=8000)
 
     devices = sub.add_parser("devices", help="list the device profiles")
@@ -56,8 +58,8 @@ def cmd_agent(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_recipe(args: argparse.Namespace, console: Console) -> int:
     try:
-        print(recipes.render(recipes.find(args.engine, args.model, args.device, args.nodes),
-                             args.port))
+        found = recipes.find(args.engine, args.model, args.device, args.nodes, args.placement)
+        print("\n\n".join(recipes.render(recipe, args.port) for recipe in found))
     except recipes.RecipeError as exc:
         raise CommandError(str(exc)) from None
     return 0

@@ -1,7 +1,10 @@
 """Launch commands for external engines (vLLM, SGLang) in the published configurations.
 
-Rendered from data/recipes.toml. Engines distribute the model (tensor parallel across GPUs or
-nodes); the harness then drives the endpoint: `make bench URL=... MODEL=...`.
+Rendered from data/recipes.toml. Every engine setting a command prints must be declared in
+data/engine_settings.toml with the source and version it was read from (engine_settings.py);
+the command says, for each, where it comes from, and marks the settings only patched images
+read. Engines distribute the model (tensor parallel across GPUs or nodes); the harness then
+drives the endpoint: `make bench URL=... MODEL=...`.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import shlex
 import tomllib
 from pathlib import Path
 
+from runners import engine_settings
+from runners.engine_settings import Printed
+
 RECIPES_FILE = Path(__file__).parent / "data" / "recipes.toml"
-VERSION_NOTE = ("# engine-version dependent: flag names change between engine releases, and the "
-                "--engram-* table-offload flags are illustrative (engines do not name them "
-                "alike); check `--help` of your version")
+VERSION_NOTE = ("# engine settings change between releases: each one below names the source and "
+                "version it was read from; check `--help` of your build")
 
 
 def load(path: Path = RECIPES_FILE) -> list[dict]:
@@ -25,20 +30,29 @@ class RecipeError(ValueError):
     pass
 
 
-def find(engine: str, model: str, device: str, nodes: int | None = None) -> dict:
-    matches = [r for r in load() if (r["engine"], r["model"], r["device"]) == (engine, model,
-                                                                              device)
-               and (nodes is None or r["nodes"] == nodes)]
+def _label(recipe: dict) -> str:
+    return (f"--engine {recipe['engine']} --model {recipe['model']} --device {recipe['device']}"
+            f" --nodes {recipe['nodes']} --placement {recipe['table_placement']}")
+
+
+def find(engine: str, model: str, device: str, nodes: int | None = None,
+         placement: str | None = None) -> list[dict]:
+    """The published recipes that match; several when --nodes or --placement is left open."""
+    recipes = load()
+    matches = [r for r in recipes if (r["engine"], r["model"], r["device"]) == (engine, model,
+                                                                               device)
+               and (nodes is None or r["nodes"] == nodes)
+               and (placement is None or r["table_placement"] == placement)]
     if not matches:
-        known = "; ".join(f"--engine {r['engine']} --model {r['model']} --device {r['device']}"
-                          f" --nodes {r['nodes']}" for r in load())
-        raise RecipeError(f"no published recipe for {engine} / {model} / {device}"
-                          f"{f' / {nodes} nodes' if nodes else ''}; published: {known}")
-    return matches[0]
+        wanted = " / ".join(str(x) for x in (engine, model, device, nodes and f"{nodes} nodes",
+                                               placement) if x)
+        raise RecipeError(f"no published recipe for {wanted}; published: "
+                          f"{'; '.join(_label(r) for r in recipes)}")
+    return matches
 
 
-def render(recipe: dict, port: int = 8000) -> str:
-    """The launch command(s), with how to point the harness at the endpoint."""
+def command(recipe: dict, port: int = 8000) -> tuple[list[tuple[str, str]], list[str]]:
+    """The launch command: its environment and its words."""
     model_path = f"/models/{recipe['model']}"
     if recipe["engine"] == "vllm":
         args = ["vllm", "serve", model_path, "--served-model-name", recipe["model"],
@@ -50,15 +64,39 @@ def render(recipe: dict, port: int = 8000) -> str:
         args = ["python", "-m", "sglang.launch_server", "--model-path", model_path,
                 "--served-model-name", recipe["model"], "--tp", str(recipe["tp"]),
                 "--max-running-requests", str(recipe["max_running"]), "--port", str(port)]
-    args += recipe["speculative_flags"] + recipe["offload_flags"]
+    args += [word for flag in recipe.get("flags", []) for word in flag]
+    return [tuple(pair) for pair in recipe.get("env", [])], args
+
+
+def command_line(env: list[tuple[str, str]], args: list[str]) -> str:
+    return shlex.join([f"{name}={value}" for name, value in env] + args)
+
+
+def settings(recipe: dict, port: int = 8000) -> list[Printed]:
+    """The engine settings the recipe's command sets; RecipeError names any the declared list
+    does not hold, or a value it does not take."""
+    line = command_line(*command(recipe, port))
+    printed = engine_settings.parse_command(recipe["engine"], line)
+    if wrong := engine_settings.problems(printed):
+        raise RecipeError(f"the {_label(recipe)} recipe sets what no engine declares: "
+                          f"{'; '.join(wrong)}")
+    return printed
+
+
+def render(recipe: dict, port: int = 8000) -> str:
+    """The launch command, each setting's source, and how to point the harness at the
+    endpoint."""
+    printed = settings(recipe, port)
     lines = [VERSION_NOTE,
              f"# {recipe['model']} on {recipe['nodes']} x {recipe['device']}: TP {recipe['tp']}, "
-             f"speculative decoding {recipe['speculative']}, table {recipe['table_placement']}"]
+             f"speculative decoding {recipe['speculative']}, table {recipe['table_placement']}",
+             "# settings (runners/data/engine_settings.toml):"]
+    lines += [f"#   {p.shown()}  [{engine_settings.source_line(p)}]" for p in printed]
     if recipe["nodes"] > 1:
         lines.append(f"# multi-node: start a Ray cluster over the {recipe['nodes']} nodes "
                      "first (`ray start --head` on one, `ray start --address=HEAD:6379` on the "
                      "others), then run on the head node:")
-    lines.append(shlex.join(args))
+    lines.append(command_line(*command(recipe, port)))
     lines.append(f"# then: make bench URL=http://HEAD:{port}/v1 MODEL={recipe['model']} "
                  f"DEVICE={recipe['device']} PLACEMENT={recipe['table_placement']}")
     return "\n".join(lines)

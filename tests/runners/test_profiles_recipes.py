@@ -5,7 +5,6 @@ import pytest
 from engram_bench.parser import build_parser
 from engram_bench.run_config import config_for
 from harness.results.store import Store
-from runners import recipes
 from runners.profiles import PROFILES, profile
 from tests.helpers import run_cli
 
@@ -45,23 +44,3 @@ def test_devices_cli_lists_every_profile():
     for name, listed in out.items():
         assert listed["bandwidth_gbs"] == profile(name).bandwidth_gbs
         assert listed["cache_ratio"] == pytest.approx(profile(name).cache_ratio)
-
-
-@pytest.mark.parametrize(("engine", "model", "device", "nodes", "flags"), [
-    ("sglang", "qwen3.8-flash-next", "spark", None, ["--tp 1", "--speculative-num-steps 3",
-                                                     "--speculative-num-draft-tokens 4"]),
-    ("vllm", "deepseek-v4.1-flash", "spark", 4, ["--tensor-parallel-size 4", "ray start"]),
-    ("vllm", "deepseek-v4.1-flash", "spark", 8, ["--tensor-parallel-size 8"]),
-])
-def test_recipes_render_the_published_configurations(engine, model, device, nodes, flags):
-    text = recipes.render(recipes.find(engine, model, device, nodes))
-    assert text.startswith("# engine-version dependent")
-    for flag in flags:
-        assert flag in text
-    assert f"MODEL={model}" in text
-
-
-def test_unknown_recipe_lists_the_published_ones():
-    proc = run_cli("recipe", "--engine", "vllm", "--model", "qwen3.8-flash-next", "--device",
-                   "spark")
-    assert proc.returncode == 2 and "published: --engine sglang --model qwen3.8" in proc.stderr
