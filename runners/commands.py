@@ -30,6 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     recipe.add_argument("--placement", choices=("device", "host", "nvme"),
                         help="where the table is (default: every published placement)")
     recipe.add_argument("--port", type=positive_int, default=8000)
+    recipe.add_argument("--agent", action="store_true",
+                        help="add the `engram-bench agent` command for the serving host")
 
     devices = sub.add_parser("devices", help="list the device profiles")
     devices.add_argument("--json", action="store_true")
@@ -59,7 +61,7 @@ def cmd_agent(args: argparse.Namespace, console: Console) -> int:
 def cmd_recipe(args: argparse.Namespace, console: Console) -> int:
     try:
         found = recipes.find(args.engine, args.model, args.device, args.nodes, args.placement)
-        print("\n\n".join(recipes.render(recipe, args.port) for recipe in found))
+        print("\n\n".join(recipes.render(recipe, args.port, args.agent) for recipe in found))
     except recipes.RecipeError as exc:
         raise CommandError(str(exc)) from None
     return 0

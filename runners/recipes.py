@@ -4,7 +4,8 @@ Rendered from data/recipes.toml. Every engine setting a command prints must be d
 data/engine_settings.toml with the source and version it was read from (engine_settings.py);
 the command says, for each, where it comes from, and marks the settings only patched images
 read. Engines distribute the model (tensor parallel across GPUs or nodes); the harness then
-drives the endpoint: `make bench URL=... MODEL=...`.
+drives the endpoint: `make bench URL=... MODEL=...`; `engram-bench agent` on the serving host
+reads what the table costs it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from runners.engine_settings import Printed
 RECIPES_FILE = Path(__file__).parent / "data" / "recipes.toml"
 VERSION_NOTE = ("# engine settings change between releases: each one below names the source and "
                 "version it was read from; check `--help` of your build")
+# The text of the serving process's command line, for `engram-bench agent --match`.
+AGENT_MATCH = {"vllm": "vllm serve", "sglang": "sglang.launch_server"}
+WORKER_PID = "WORKER_PID"  # a placeholder: the user finds each node's worker
 
 
 def load(path: Path = RECIPES_FILE) -> list[dict]:
@@ -83,9 +87,31 @@ def settings(recipe: dict, port: int = 8000) -> list[Printed]:
     return printed
 
 
-def render(recipe: dict, port: int = 8000) -> str:
-    """The launch command, each setting's source, and how to point the harness at the
-    endpoint."""
+def agent_lines(recipe: dict) -> list[str]:
+    """`engram-bench agent` for the serving host: the engine's process tree and the file the
+    engine reads the table from, where there is one."""
+    table = ["--table", recipe["table_path"]] if "table_path" in recipe else []
+    memory = "pinned host" if recipe["table_placement"] == "host" else "GPU"
+    where = (f"# --table {recipe['table_path']}: {recipe['table_note']}" if table
+             else f"# no --table: the table is in {memory} memory, no file; the agent reads the "
+                  "process tree's pinned and resident memory")
+    if recipe["nodes"] == 1:
+        run = ["# on the serving host (it serves http://127.0.0.1:9477/metrics; --host ADDRESS "
+               "lets another host scrape it):",
+               shlex.join(["engram-bench", "agent", "--match", AGENT_MATCH[recipe["engine"]],
+                           *table])]
+    else:
+        run = [f"# on each of the {recipe['nodes']} nodes: Ray starts the worker that reads the "
+               "table, no child of `vllm serve`: give the agent its PID, the process that holds "
+               "the node's GPU (`nvidia-smi --query-compute-apps=pid --format=csv,noheader`); "
+               "it serves 127.0.0.1:9477/metrics, --host ADDRESS lets another host scrape it:",
+               shlex.join(["engram-bench", "agent", "--pid", WORKER_PID, *table])]
+    return [where, *run]
+
+
+def render(recipe: dict, port: int = 8000, agent: bool = False) -> str:
+    """The launch command, each setting's source, how to point the harness at the endpoint
+    and, with `agent`, the host agent's command."""
     printed = settings(recipe, port)
     lines = [VERSION_NOTE,
              f"# {recipe['model']} on {recipe['nodes']} x {recipe['device']}: TP {recipe['tp']}, "
@@ -99,4 +125,6 @@ def render(recipe: dict, port: int = 8000) -> str:
     lines.append(command_line(*command(recipe, port)))
     lines.append(f"# then: make bench URL=http://HEAD:{port}/v1 MODEL={recipe['model']} "
                  f"DEVICE={recipe['device']} PLACEMENT={recipe['table_placement']}")
+    if agent:
+        lines += agent_lines(recipe)
     return "\n".join(lines)

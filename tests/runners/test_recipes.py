@@ -1,12 +1,13 @@
 """`engram-bench recipe`: each published deployment's launch command prints only engine settings
 declared in runners/data/engine_settings.toml, each beside the source and version it was read
-from; settings only a patched image reads say so."""
+from; settings only a patched image reads say so; `--agent` adds the host agent's command."""
 
 import csv
 import shlex
 
 import pytest
 
+from engram_bench.parser import build_parser
 from runners import engine_settings, recipes
 from tests.helpers import ROOT, run_cli
 
@@ -15,8 +16,10 @@ IDS = [f"{r['engine']}-{r['device']}-{r['nodes']}-{r['table_placement']}" for r 
 
 
 def commands(text: str) -> list[str]:
-    """The engine launch lines of a printed recipe: every line that is no comment."""
-    return [line for line in text.splitlines() if line and not line.startswith("#")]
+    """The engine launch lines of a printed recipe: every line that is no comment and no
+    engram-bench command."""
+    return [line for line in text.splitlines()
+            if line and not line.startswith(("#", "engram-bench "))]
 
 
 def comment_of(text: str, printed: engine_settings.Printed) -> str:
@@ -26,7 +29,7 @@ def comment_of(text: str, printed: engine_settings.Printed) -> str:
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
 def test_every_printed_setting_is_declared_and_printed_with_its_source(recipe):
-    text = recipes.render(recipe)
+    text = recipes.render(recipe, agent=True)
     [line] = commands(text)
     printed = engine_settings.parse_command(recipe["engine"], line)
     assert engine_settings.problems(printed) == []
@@ -89,6 +92,24 @@ def test_every_published_deployment_has_its_recipe():
         assert recipe["tp"] == tp
 
 
+@pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
+def test_recipe_agent_watches_the_engine_process_and_the_file_it_reads_the_table_from(recipe):
+    text = recipes.render(recipe, agent=True)
+    [launch] = commands(text)
+    [line] = [line for line in text.splitlines() if line.startswith("engram-bench agent")]
+    args = build_parser().parse_args(shlex.split(line.replace(recipes.WORKER_PID, "4242"))[1:])
+    assert args.command == "agent"
+    assert args.table == ([recipe["table_path"]] if "table_path" in recipe else None)
+    if recipe["nodes"] == 1:
+        assert args.match in launch  # the text the engine's own command line holds
+    else:  # Ray's workers are no children of the command: one agent per node, on its worker
+        assert args.pid == 4242
+    words = shlex.split(launch)
+    if "--ple-offload-dir" in words:  # SGLang's file backend: the table is in that folder
+        assert args.table == [words[words.index("--ple-offload-dir") + 1]]
+    assert "engram-bench agent" not in recipes.render(recipe)
+
+
 def test_the_declared_list_refuses_a_patched_setting_without_its_image(tmp_path):
     bad = tmp_path / "settings.toml"
     bad.write_text('[[setting]]\nengine = "vllm"\nform = "env"\nname = "X"\ntakes = "text"\n'
@@ -103,13 +124,14 @@ def test_the_engines_page_lists_every_declared_setting():
     assert missing == []
 
 
-def test_recipe_cli_prints_each_placement_asked_for():
+def test_recipe_cli_prints_each_placement_asked_for_and_the_agent():
     both = run_cli("recipe", "--engine", "vllm", "--model", "deepseek-v4.1-flash", "--device",
                    "spark", "--nodes", "8")
     assert both.returncode == 0 and both.stdout.count("vllm serve /models") == 2
     one = run_cli("recipe", "--engine", "sglang", "--model", "qwen3.8-flash-next", "--device",
-                  "spark", "--placement", "nvme")
+                  "spark", "--placement", "nvme", "--agent")
     assert one.returncode == 0 and one.stdout.count("sglang.launch_server --model-path") == 1
+    assert "engram-bench agent --match sglang.launch_server --table /nvme/ple" in one.stdout
 
 
 def test_unknown_recipe_lists_the_published_ones():
