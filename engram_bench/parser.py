@@ -20,6 +20,7 @@ from harness.results.metrics import STATISTICS, Targets
 from harness.results.peer_views import PEER_TOOLS
 from harness.results.store import DEFAULT_DB
 from harness.run import modes
+from harness.wire import host_scrape
 from harness.wire.endpoint import API_PATHS
 from runners import commands as runner_commands
 from runners import engines
@@ -55,6 +56,13 @@ def _temperature(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"must be a number from 0 to {MAX_TEMPERATURE:g}, not {text!r}")
     return value
+
+
+def _host_urls(text: str) -> tuple[str, ...]:
+    try:
+        return host_scrape.parse_urls(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _existing_file(text: str) -> str:
@@ -178,6 +186,14 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--no-server-metrics", dest="server_metrics", action="store_false",
                      help="do not scrape the target's Prometheus /metrics (default: scraped "
                           "every 0.5 s of each level, stored per level)")
+    run.add_argument("--host-metrics", type=_host_urls, default=(), metavar="URL[,URL...]",
+                     help="the serving hosts' kernel counters, one URL a node: `engram-bench "
+                          "agent`'s /metrics (or a node_exporter's, for the disk and host "
+                          "figures), scraped every second of each level and stored per level "
+                          "and per second: the table's disk reads and faults per token, its "
+                          "residency, peak file-backed and pinned memory, I/O stall, disk busy "
+                          "share (default: none; a server --device starts gets an agent of its "
+                          "own)")
     run.add_argument("--workers", type=_workers, default=1, metavar="N|auto",
                      help="load processes each level's streams (or requests) are split "
                           "across, each its own event loop and connections; auto: one per 512 "

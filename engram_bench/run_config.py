@@ -28,11 +28,12 @@ def _prompt_spec(args: argparse.Namespace) -> str:
     return spec if spec in BUILTIN else str(Path(spec).expanduser().absolute())
 
 
-# `run --resume` takes these as given: where the server is now, where results go, how they are
-# judged and shown. Every other flag is part of the run, which continues as it was started.
+# `run --resume` takes these as given: where the server and its hosts' agents are now, where
+# results go, how they are judged and shown. Every other flag is part of the run, which
+# continues as it was started.
 RESUME_FREE = {"command", "resume", "url", "api_key", "db", "no_progress", "json", "tps_min",
                "ttft_max_ms", "statistic", "chat_factor", "agentic_factor", "keep_going",
-               "slo", "min_goodput", "ray"}
+               "slo", "min_goodput", "ray", "host_metrics"}
 # the flags stored under another name (a mode's own are in its declaration)
 RESUME_STORED_AS = {"request_timeout": "request_timeout_s", "connect_timeout": "connect_timeout_s",
                     "stall_timeout": "stall_timeout_s", **modes.stored_as()}
@@ -92,7 +93,8 @@ def config_for(args: argparse.Namespace, store: Store,
         raise UserError(f"--resume continues run {run.run_id} as it was started, so "
                         f"{', '.join(conflicts)} cannot change it: drop "
                         f"{'them' if len(conflicts) > 1 else 'it'}, or start a new run")
-    config = _on_cluster(replace(stored, keep_going=args.keep_going, ray=args.ray), cluster)
+    config = _on_cluster(replace(stored, keep_going=args.keep_going, ray=args.ray,
+                                 host_metrics=args.host_metrics), cluster)
     if args.url:
         config = replace(config, url=args.url, server_args=())
     return config, run.run_id
@@ -142,7 +144,7 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         insecure=args.insecure, warmup=args.warmup, seed=args.seed, label=args.label,
         device=args.device or "", engine=args.engine or "",
         table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
-        server_metrics=args.server_metrics, search=args.search,
+        server_metrics=args.server_metrics, host_metrics=args.host_metrics, search=args.search,
         max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,
         keep_going=args.keep_going, token_times=args.token_times, **modes.read_flags(args),
     )

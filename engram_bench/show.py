@@ -35,7 +35,7 @@ def show_run(store: Store, run_id: str, targets: Targets, as_json: bool, console
                         report.server_levels(store.server_metrics(run.run_id)),
                         store.client_checks(run.run_id), store.user_levels(run.run_id),
                         store.lead_ins(run.run_id), store.load_hosts(run.run_id),
-                        store.server_cpu(run.run_id))
+                        store.server_cpu(run.run_id), store.host_levels(run.run_id))
     if as_json:
         print(json.dumps(summary, default=str))
     else:

@@ -175,6 +175,9 @@ class RunConfig:
     server_args: tuple[str, ...] = ()  # set: the bundled server, started with these flags
     prompts: str = "words"  # words, text, or a file's absolute path (harness.run.prompts)
     server_metrics: bool = True  # scrape the target's Prometheus /metrics per level
+    # the serving hosts' kernel counters (engram-bench agent or node_exporter), one URL a node,
+    # scraped every second of each level (harness.results.host_level)
+    host_metrics: tuple[str, ...] = ()
     search: bool = False  # after the levels, probe until Max C is known to the integer
     max_concurrency: int = 256  # the search never probes above this
     rates: tuple[float, ...] = ()  # mode rate: requests/s per level (its levels are empty)
@@ -302,6 +305,7 @@ class RunConfig:
         data = asdict(self)
         data["levels"] = list(self.levels)
         data["server_args"] = list(self.server_args)
+        data["host_metrics"] = list(self.host_metrics)
         data["rates"] = list(self.rates)
         data["speedups"] = list(self.speedups)
         return data
@@ -316,6 +320,7 @@ class RunConfig:
             kept.setdefault("request_timeout_s", data["timeout_s"])
         kept["levels"] = tuple(kept["levels"])
         kept["server_args"] = tuple(kept.get("server_args", ()))
+        kept["host_metrics"] = tuple(kept.get("host_metrics", ()))
         kept["rates"] = tuple(kept.get("rates", ()))
         kept["speedups"] = tuple(kept.get("speedups", ()))
         return cls(**kept)

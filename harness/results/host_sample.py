@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from common import host_metrics as m
 
 AGENT, NODE_EXPORTER = "engram-bench agent", "node_exporter"
+NODE_TIME = "node_time_seconds"  # node_exporter's wall clock at the scrape (its time collector)
 
 # DiskFigures' fields -> (the agent's name, node_exporter's), each labelled `device`
 _DISK_NAMES = {
@@ -113,7 +114,8 @@ class SystemFigures:
 @dataclass(frozen=True, slots=True)
 class HostSample:
     source: str  # AGENT or NODE_EXPORTER
-    wall_s: float | None  # the host's wall clock at the scrape (None: node_exporter's)
+    wall_s: float | None  # the host's wall clock at the scrape (node_exporter's: None
+    # without its time collector)
     monotonic_s: float | None  # the agent host's monotonic clock at the scrape
     residency: str | None  # how the agent read residency: cachestat or mincore
     processes: ProcessFigures | None
@@ -140,7 +142,7 @@ def parse_host_sample(text: str) -> HostSample:
               if stamp is not None]
     return HostSample(
         source=source,
-        wall_s=_value(series, m.CLOCK_WALL, default=max(stamps, default=None)),
+        wall_s=_first(series, (m.CLOCK_WALL, NODE_TIME)) or max(stamps, default=None),
         monotonic_s=_value(series, m.CLOCK_MONOTONIC),
         residency=info[0][0].get(m.RESIDENCY) if info else None,
         processes=_processes(series), tables=_tables(series), disks=_disks(series),

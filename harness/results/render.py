@@ -62,6 +62,7 @@ def print_summary(summary: Summary, console: Console) -> None:
                       "[green]yes[/]" if lv["passes"] else "[red]no[/]")
     console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
     _print_token_timing(summary, console)
+    _print_host(summary, console)
     t = summary["targets"]
     if t["slo"]:
         _print_goodput(summary, console)
@@ -117,6 +118,46 @@ def _print_token_timing(summary: Summary, console: Console) -> None:
     if any(lv.get("tokens_per_chunk_estimated") for lv in levels):
         console.print("~ tokens per chunk estimated (output tokens / chunks): the server "
                       "streamed no per-chunk usage", highlight=False)
+
+
+def _print_host(summary: Summary, console: Console) -> None:
+    """Per level, the serving hosts' kernel counters (`--host-metrics`) beside TTFT and TPOT:
+    table bytes read from disk per token, major faults, the table's residency at the
+    level's start and end, peak file-backed and pinned memory, the I/O stall and the disk's
+    busy share."""
+    levels = [lv for lv in summary["levels"] if lv.get("host")]
+    if not levels:
+        return
+    sources = sorted({h["source"] for lv in levels if (h := lv.get("host"))})
+    nodes = max(h["nodes"] for lv in levels if (h := lv.get("host")))
+    table = Table(title=f"the serving host per level ({', '.join(sources)}, {nodes} "
+                  f"node{'s' if nodes > 1 else ''}; disk B: the process tree's reads from "
+                  "storage)", title_justify="left")
+    for name in ("level", "TTFT mean", "TPOT mean", "disk B/out tok", "disk B/in tok",
+                 "maj flt/out tok", "resident start", "resident end", "peak RssFile",
+                 "peak pinned", "io stall", "disk busy"):
+        table.add_column(name, justify="right")
+    for lv in levels:
+        h = lv["host"]
+        assert h is not None
+        table.add_row(row_name(lv), _fmt(lv.get("mean_ttft_ms")), _fmt(lv.get("mean_tpot_ms"), 2),
+                      _fmt(h["disk_read_bytes_per_output_token"], 0),
+                      _fmt(h["disk_read_bytes_per_prompt_token"], 0),
+                      _fmt(h["major_faults_per_output_token"], 3),
+                      _bytes(h["table_resident_bytes_start"]),
+                      _bytes(h["table_resident_bytes_end"]), _bytes(h["peak_rss_file_bytes"]),
+                      _bytes(h["peak_pinned_bytes"]), _share(h["io_stall_share"]),
+                      _share(h["disk_busy_share"]))
+    console.print(table, width=max(console.width, 132))
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
 
 
 def _print_users(summary: Summary, console: Console) -> None:

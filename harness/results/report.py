@@ -12,6 +12,8 @@ from harness.records import LoadHost, RequestRecord
 from harness.results import confidence, short_levels, users
 from harness.results.client_check import ClientCheck
 from harness.results.client_check import describe as describe_client
+from harness.results.host_figures import level_host
+from harness.results.host_level import HostLevel
 from harness.results.metrics import (
     LevelStats,
     LevelVerdict,
@@ -34,6 +36,7 @@ from harness.results.server_cpu import describe as describe_starved
 from harness.results.server_metrics import MetricRow, level_figures
 from harness.results.store import Store
 from harness.results.summary import (
+    HostDict,
     IntervalDict,
     LevelRow,
     LoadHostDict,
@@ -86,6 +89,7 @@ def summarise(
     lead_ins: Mapping[int, users.LeadIn] | None = None,
     load_hosts: Sequence[LoadHost] = (),
     server_cpu: Mapping[tuple[int, float | None], ServerCpu] | None = None,
+    host: Mapping[tuple[int, float | None], Sequence[tuple[int, HostLevel]]] | None = None,
 ) -> Summary:
     """The `--json` object of `run` and `summary`; `search`: how `--search` found Max C.
     A rate run has `max_rate` (requests/s) and no Max C or users, which need a concurrency.
@@ -96,7 +100,9 @@ def summarise(
     `think_means` and `lead_ins`: a users run's mean think Z and lead-in per level, as its
     sweep stored them; `load_hosts`: where a `--ray` run's load workers ran; `server_cpu`:
     per level, the CPU of a server the run started and others' (a starved level is named in
-    the warnings, and in the verdict when it decided Max C)."""
+    the warnings, and in the verdict when it decided Max C); `host`: per level, each serving
+    host's figures over each pass (store.host_levels), shown per token (a level whose
+    figures were lost is named in the warnings)."""
     levels: list[LevelRow]
     found: Summary
     key = level_key(run.mode)
@@ -117,6 +123,7 @@ def summarise(
         for row in levels:
             s = by_level[(row["concurrency"], row.get("rate"))]
             row.update(cast(LevelRow, {k: _round(getattr(s, k)) for k in TRACE_LEVEL_FIELDS}))
+    tokens = level_tokens(records) if host else {}
     for row in levels:
         figures = (server or {}).get((row["concurrency"], row.get("rate")), {})
         if traced:  # what the server's prefix cache found, beside what the trace shares
@@ -140,6 +147,12 @@ def summarise(
         row["server_starved"] = cpu.server_starved if cpu else None
         if cpu and cpu.server_starved:
             warnings.append(describe_starved(row_name(row), cpu))
+        hosts = (host or {}).get((row["concurrency"], row.get("rate")))
+        row["host"] = cast(HostDict, _rounded(dict(level_host(
+            hosts, *tokens.get((row["concurrency"], row.get("rate")), (0, 0)))))) \
+            if hosts else None
+        if row["host"] and row["host"]["missing"]:
+            warnings.append(f"{row_name(row)}: host figures missing: {row['host']['missing']}")
     if key not in ("R", "X", "U"):  # a Max C verdict
         found["max_c_starved"] = _starved_verdict(levels, cast(int, found["max_c"]),
                                                   server_cpu or {})
@@ -177,6 +190,18 @@ def summarise(
     summary["load_hosts"] = [cast(LoadHostDict, asdict(h)) for h in load_hosts]
     summary["warnings"] = warnings
     return summary
+
+
+def level_tokens(records: Sequence[RequestRecord]
+                 ) -> dict[tuple[int, float | None], tuple[int, int]]:
+    """Per level, the output and prompt tokens its requests reported (failed ones too: a
+    request cut short read the table for the tokens it made)."""
+    out: dict[tuple[int, float | None], tuple[int, int]] = {}
+    for r in records:
+        done, sent = out.get((r.concurrency, r.rate), (0, 0))
+        out[(r.concurrency, r.rate)] = (done + (r.output_tokens or 0),
+                                        sent + (r.input_tokens or 0))
+    return out
 
 
 def _starved_verdict(levels: Sequence[LevelRow], max_c: int,

@@ -11,7 +11,7 @@ import duckdb
 # the layout of the tables and views in sql/, stamped in the file's schema_version table: one
 # more whenever they change, so an older engram-bench refuses a file a newer one has written
 # (its views would be replaced by older ones) instead of reading it wrong
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _sql(name: str) -> str:

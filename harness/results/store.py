@@ -19,6 +19,7 @@ import duckdb
 
 from harness.records import LoadHost, RequestRecord
 from harness.results.client_check import ClientCheck
+from harness.results.host_level import HostLevel, HostPass, HostSlice
 from harness.results.results_file import ResultsFile, StoreError
 from harness.results.run_row import RunRow
 from harness.results.server_cpu import ServerCpu, most_starved
@@ -40,6 +41,9 @@ _REQUEST_COLUMNS = (
 _RUN_COLUMNS = ", ".join(f.name for f in dataclasses.fields(RunRow))
 _ROWS_PER_INSERT = 256  # rows per INSERT statement: a whole round, or a rate level in steps
 
+_HOST_LEVEL_COLUMNS = ", ".join(f.name for f in dataclasses.fields(HostLevel))
+_HOST_SLICE_FIELDS = tuple(f.name for f in dataclasses.fields(HostSlice))
+_HOST_SLICE_COLUMNS = ", ".join(_HOST_SLICE_FIELDS)
 _TIMING_FIELDS = tuple(f.name for f in dataclasses.fields(StreamTiming))
 
 
@@ -201,6 +205,30 @@ class Store(ResultsFile):
                          c.own_cpu_s, c.others_cpu_s, c.server_starved])
             con.execute("COMMIT")
 
+    def write_host_levels(self, run_id: str, concurrency: int, hosts: Sequence[HostPass],
+                          rate: float | None = None, repeat: int = 0) -> None:
+        """Each serving host over one pass of a level, with its time slices (replacing an
+        earlier try's)."""
+        levels = [dataclasses.astuple(h) for h, _ in hosts]
+        slices = [tuple(_utc(v) if name == "started_at" else v for name, v in
+                        zip(_HOST_SLICE_FIELDS, dataclasses.astuple(s), strict=True))
+                  for _, found in hosts for s in found]
+        key = [run_id, concurrency, rate, repeat]
+        with self._connect() as con:
+            con.execute("BEGIN")
+            for table in ("host_levels", "host_slices"):
+                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND concurrency = ? "
+                            "AND rate IS NOT DISTINCT FROM ? AND repeat = ?", key)
+            for table, columns, rows in (("host_levels", _HOST_LEVEL_COLUMNS, levels),
+                                         ("host_slices", _HOST_SLICE_COLUMNS, slices)):
+                for i in range(0, len(rows), _ROWS_PER_INSERT):
+                    batch = rows[i:i + _ROWS_PER_INSERT]
+                    marks = "(" + ", ".join("?" for _ in range(4 + len(batch[0]))) + ")"
+                    con.execute(f"INSERT INTO {table} (run_id, concurrency, rate, repeat, "
+                                f"{columns}) VALUES " + ", ".join(marks for _ in batch),
+                                [v for row in batch for v in (*key, *row)])
+            con.execute("COMMIT")
+
     def write_user_level(self, run_id: str, concurrency: int, repeat: int,
                          think_mean_s: float | None, think_dist: str, lead_in: LeadIn) -> None:
         """A users pass's mean think Z and lead-in (a resumed pass's replace the earlier
@@ -274,6 +302,19 @@ class Store(ResultsFile):
         for r in rows:
             passes.setdefault((r.pop("concurrency"), r.pop("rate")), []).append(ServerCpu(**r))
         return {level: most_starved(found) for level, found in passes.items()}
+
+    def host_levels(self, run_id: str) -> dict[tuple[int, float | None],
+                                               list[tuple[int, HostLevel]]]:
+        """Per level, each serving host's figures over each pass: (repeat, figures); empty
+        for a run without host metrics."""
+        rows = self._query(f"SELECT concurrency, rate, coalesce(repeat, 0) AS repeat, "
+                           f"{_HOST_LEVEL_COLUMNS} FROM host_levels WHERE run_id = ? "
+                           "ORDER BY concurrency, rate, repeat, node", [run_id])
+        out: dict[tuple[int, float | None], list[tuple[int, HostLevel]]] = {}
+        for r in rows:
+            level = (r.pop("concurrency"), r.pop("rate"))
+            out.setdefault(level, []).append((r.pop("repeat"), HostLevel(**r)))
+        return out
 
     def lead_ins(self, run_id: str) -> dict[int, LeadIn]:
         """Users mode: per level, its passes' lead-ins (harness.results.users.worst_lead_in)."""

@@ -32,6 +32,33 @@ class IntervalDict(TypedDict):
     note: str | None
 
 
+class HostDict(TypedDict):
+    """The serving hosts over a level (`run --host-metrics`, or the agent a started server
+    gets), from their kernels' counters (harness.results.host_figures): per-token figures
+    divide the level's growths by the tokens its requests reported; None where a host or a
+    pass lacks the figure (`missing` says why, where it was lost)."""
+
+    source: str  # engram-bench agent, node_exporter, or both
+    nodes: int
+    missing: str | None
+    disk_read_bytes: float | None  # the process trees' /proc/PID/io read_bytes growth
+    disk_read_bytes_per_output_token: float | None
+    disk_read_bytes_per_prompt_token: float | None
+    major_faults_per_output_token: float | None
+    table_bytes: float | None
+    table_resident_bytes_start: float | None
+    table_resident_bytes_end: float | None
+    peak_rss_file_bytes: float | None
+    peak_rss_shmem_bytes: float | None
+    peak_pinned_bytes: float | None
+    peak_locked_bytes: float | None
+    io_stall_share: float | None  # PSI io "some" over the level's wall time, worst node
+    disk_busy_share: float | None  # the busiest disk's I/O time over wall time, worst node
+    disks: str | None
+    device_read_bytes_per_output_token: float | None  # the disks' reads, every process's
+    host_major_faults_per_output_token: float | None  # the hosts' pgmajfault, every process's
+
+
 class LevelRow(TypedDict, total=False):
     """One level: every figure of `metrics.LevelStats` the summary shows (its keys and their
     order come from LevelStats' declarations; a test fails when one is not typed here), and its
@@ -82,6 +109,7 @@ class LevelRow(TypedDict, total=False):
     others_cpu_share: float | None
     idle_cpu_share: float | None
     server_starved: bool | None
+    host: HostDict | None  # the serving hosts' kernel counters, with --host-metrics
     goodput_share: float | None  # with --slo
     goodput_rps: float | None
     passes: bool

@@ -6,9 +6,10 @@ uvloop, connections and timing) in a thread of its own, behind a relay: a pass g
 its requests come back to this process as they finish (a Ray streaming generator, in
 batches), where the one writer stores them as for processes. Each host times with its own
 monotonic clock. When an actor starts, this process reads the actor's clocks over round
-trips and keeps the shortest: the offset between the two monotonic clocks maps a pass's start
-(this process's barrier) onto the actor's clock and the actor's timestamps onto the run's,
-and the host's wall-clock offset and that round trip are stored with the run (`load_hosts`).
+trips and keeps the shortest (harness.results.clock_offset): the offset between the two
+monotonic clocks maps a pass's start (this process's barrier) onto the actor's clock and the
+actor's timestamps onto the run's, and the host's wall-clock offset and that round trip are
+stored with the run (`load_hosts`).
 
 Ray is imported only here, and only when `--ray` is given (the `distributed` extra).
 """
@@ -27,6 +28,7 @@ from typing import Any
 
 from harness import __version__
 from harness.records import LoadHost
+from harness.results.clock_offset import ClockOffset, ClockReading, best_offset
 from harness.run import workers
 from harness.run.workers import LoadWorker, Setup, WorkerDied
 
@@ -48,41 +50,6 @@ class Cluster:
     address: str
     cpus: int
     nodes: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClockReading:
-    """One round trip: this process's perf_counter_ns and wall time_ns before and after it,
-    and the actor's two clocks as it answered."""
-
-    sent_ns: int
-    received_ns: int
-    sent_wall_ns: int
-    their_wall_ns: int
-    their_ns: int
-
-    @property
-    def round_trip_ns(self) -> int:
-        return self.received_ns - self.sent_ns
-
-
-@dataclass(frozen=True, slots=True)
-class ClockOffset:
-    """The actor's clocks minus ours at the midpoint of the shortest round trip: its error is
-    at most half that round trip."""
-
-    monotonic_ns: int
-    wall_ns: int
-    round_trip_ns: int
-
-
-def best_offset(readings: list[ClockReading]) -> ClockOffset:
-    """The offsets of the reading with the shortest round trip (the least time in flight to
-    put on either side)."""
-    r = min(readings, key=lambda r: r.round_trip_ns)
-    half = r.round_trip_ns // 2
-    return ClockOffset(r.their_ns - (r.sent_ns + half), r.their_wall_ns - (r.sent_wall_ns + half),
-                       r.round_trip_ns)
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -50,10 +50,10 @@ from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
 from harness.run.workers import WorkerDied, WorkerSender
 from harness.run.workload import Calibration, TokenLine, calibrate, payload
 from harness.run.writer import BackgroundWriter, WriterError
-from harness.wire import target
+from harness.wire import host_scrape, target
 from harness.wire.client import Clock, ConnectionPool, build_request, stream_completion
 from harness.wire.endpoint import Endpoint
-from harness.wire.scraper import Scraper
+from harness.wire.scraper import LevelScrape, Scraper
 
 # prompts per calibration probe: a window of ~100 words of prose varies ~3 % in tokens (with
 # this project's tokenizer; word prompts ~0.3 %), so 8 hold the probe's mean to ~1 %
@@ -220,8 +220,9 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
                           lambda host: store.write_load_host(run_id, host)) if cluster else None)
     sender = (WorkerSender(sweep, config.workers, config.keep_going, progress.notice, spawner)
               if config.workers > 1 or spawner else mode.sender(sweep))
-    passes = Passes(config, mode, ledger, sweep, sender, writer,
-                    Scraper(endpoint) if config.server_metrics else None,
+    scraper = (Scraper(endpoint if config.server_metrics else None, config.host_metrics)
+               if config.server_metrics or config.host_metrics else None)
+    passes = Passes(config, mode, ledger, sweep, sender, writer, scraper,
                     LoopMonitor(sweep.pool.unread_bytes), progress, prompts.calibrated,
                     ServerCpuMonitor(server_pid) if server_pid else None)
     try:
@@ -272,6 +273,12 @@ async def _preflight(config: RunConfig, mode: LoadMode, endpoint: Endpoint,
     server = server_table(await target.fetch_stats(endpoint))
     if server:
         progress.message(describe_server_table(server))
+    for url in config.host_metrics:  # each host answers with its metrics, or nothing is sent
+        try:
+            sample = await asyncio.to_thread(host_scrape.read, url)
+        except host_scrape.HostScrapeError as exc:
+            raise target.TargetError(host_scrape.refusal(url, exc)) from None
+        progress.message(f"host metrics: {url} ({sample.source})")
     return config, server
 
 
@@ -363,16 +370,16 @@ class Passes:
         outcome = await self.sender.run_pass(p, self.commit, progress.advance)
         outcome.client = worst([self.monitor.stop(), *outcome.worker_checks])
         server_cpu = self.server_cpu.stop() if self.server_cpu else None
-        rows, notes = await self.scraper.stop() if self.scraper else ([], [])
+        scraped = await self.scraper.stop() if self.scraper else LevelScrape()
         await self.writer.flush()
         stats = level_stats(p.level.concurrency, outcome.records, self.config.output_tokens,
                             p.level.rate)
         progress.end_level(stats)
-        for note in notes:
+        for note in scraped.notes:
             progress.message(note)
         self._warn(p, outcome, stats)
         after = await target.fetch_stats(endpoint)
-        self._store(p, outcome, stats, (before, after), rows, server_cpu)
+        self._store(p, outcome, stats, (before, after), scraped, server_cpu)
         self.outcomes.append(outcome)
 
     def _warn(self, p: Pass, outcome: LevelOutcome, stats: LevelStats) -> None:
@@ -386,17 +393,23 @@ class Passes:
             self.progress.message(note)
 
     def _store(self, p: Pass, outcome: LevelOutcome, stats: LevelStats,
-               server: tuple[dict | None, dict | None], rows: list,
+               server: tuple[dict | None, dict | None], scraped: LevelScrape,
                server_cpu: ServerCpu | None) -> None:
         """A pass's figures beside its requests: the server's counters (before, after) and
-        /metrics rows, the client's own check, a server this run started: its CPU and
-        others', what the mode keeps."""
+        /metrics rows, the serving hosts' figures, the client's own check, a server this run
+        started: its CPU and others', what the mode keeps."""
         store, run_id, c, rate = self.ledger.store, self.ledger.run_id, p.level.concurrency, \
             p.level.rate
         if server[0] is not None or server[1] is not None:
             store.write_server_stats(run_id, c, server[0], server[1], rate, p.repeat)
-        if rows:
-            store.write_server_metrics(run_id, c, rows, rate, p.repeat)
+        if scraped.rows:
+            store.write_server_metrics(run_id, c, scraped.rows, rate, p.repeat)
+        if scraped.hosts:
+            store.write_host_levels(run_id, c, scraped.hosts, rate, p.repeat)
+        for level, _ in scraped.hosts:
+            if level.missing:
+                self.progress.message(f"warning: {level_name(stats)}: no host figures from "
+                                      f"{level.url}: {level.missing}")
         assert outcome.client is not None
         store.write_client_check(run_id, c, outcome.client, rate, p.repeat)
         if server_cpu:

@@ -311,8 +311,8 @@ def scrape_level(endpoint: Endpoint, seconds: float) -> tuple[list[str], list[Me
         try:
             started = await scraper.start()
             await asyncio.sleep(seconds)
-            rows, stopped = await scraper.stop()
-            return started, rows, stopped
+            scraped = await scraper.stop()
+            return started, scraped.rows, scraped.notes
         finally:
             scraper.close()
     return asyncio.run(level())

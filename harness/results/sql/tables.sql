@@ -147,6 +147,67 @@ CREATE TABLE IF NOT EXISTS server_cpu (
     others_cpu_s DOUBLE,
     server_starved BOOLEAN  -- others took more than the stated share of the machine's CPU time
 );
+-- `run --host-metrics` (or the agent a started server gets): each serving host over each pass
+-- of a level, from its engram-bench agent or node_exporter scraped as the level began, every
+-- second of it and as it ended (harness.results.host_level): counters' growths over the level,
+-- gauges' peaks, the table files' residency at each end; NULL where the source has no such
+-- figure, or `missing` says why the level's figures were lost (a scrape failed, the watched
+-- process tree ended)
+CREATE TABLE IF NOT EXISTS host_levels (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    rate DOUBLE,
+    repeat INTEGER,
+    node INTEGER,  -- the URL's place in --host-metrics, 0-based
+    url VARCHAR,
+    source VARCHAR,  -- engram-bench agent or node_exporter
+    missing VARCHAR,
+    scrapes INTEGER,  -- scrapes answered over the level
+    wall_s DOUBLE,  -- between the level's first and last scrape, on the host's clock
+    clock_offset_ms DOUBLE,  -- the agent's wall clock minus the harness's
+    round_trip_ms DOUBLE,  -- ... read at this round trip (the offset's error is half of it)
+    read_bytes DOUBLE,  -- the process tree's /proc/PID/io read_bytes
+    major_faults DOUBLE,
+    minor_faults DOUBLE,
+    processes_ended DOUBLE,
+    table_bytes DOUBLE,
+    table_resident_start_bytes DOUBLE,
+    table_resident_end_bytes DOUBLE,
+    table_sampled_fraction DOUBLE,  -- the least share of table pages asked about: 1 = exact
+    peak_rss_file_bytes DOUBLE,
+    peak_rss_shmem_bytes DOUBLE,
+    peak_locked_bytes DOUBLE,
+    peak_pinned_bytes DOUBLE,
+    io_some_s DOUBLE,  -- PSI: time some task stalled on I/O (full: all did)
+    io_full_s DOUBLE,
+    memory_some_s DOUBLE,
+    host_major_faults DOUBLE,  -- /proc/vmstat pgmajfault, every process of the host
+    disk VARCHAR,  -- the disk busiest over the level (the agent's: one under a table file)
+    disk_read_bytes DOUBLE,  -- ... read from it, by every process
+    disk_reads DOUBLE,
+    disk_io_time_s DOUBLE  -- ... time it had I/O in flight
+);
+-- ... and the spans between successive scrapes of a level (about a second each): growths
+-- over the span, gauges at its end; start_s after the level's first scrape was sent and
+-- started_at on the harness's clock, the agent's clock mapped to it over the scrapes' round
+-- trips
+CREATE TABLE IF NOT EXISTS host_slices (
+    run_id VARCHAR,
+    concurrency INTEGER,
+    rate DOUBLE,
+    repeat INTEGER,
+    node INTEGER,
+    start_s DOUBLE,
+    width_s DOUBLE,
+    started_at TIMESTAMP,
+    read_bytes DOUBLE,
+    major_faults DOUBLE,
+    table_resident_bytes DOUBLE,
+    rss_file_bytes DOUBLE,
+    io_some_s DOUBLE,
+    disk_io_time_s DOUBLE,
+    disk_read_bytes DOUBLE
+);
 -- users mode, per pass of a level: the mean think Z its stored thinks were drawn around
 -- (harness.run.think), how thinks spread around it, the unstored requests before them, and
 -- whether that lead-in settled: its last cycle paced within tolerance of the target duty
