@@ -1,90 +1,18 @@
-"""Figures derived from the bundled server's /stats counters, one level at a time: its
-snapshots before and after the level give rates (deltas over the level: bytes per token, reads
-per second, faults per token) and sizes (the gauges after it), and the step time splits into
-its timed parts. Pure: the snapshots come in as dicts (data.server_stats reads them)."""
+"""Figures derived from the bundled server's /stats counters, one level at a time: the
+level's figures (harness.results.stats_counters) per pass, and the step time split into its
+timed parts. Pure: the snapshots come in as dicts (data.server_stats reads them)."""
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 
 from common import stats_keys
+from harness.results.stats_counters import delta, level_counters
 
-PAGE_BYTES = 4096
-# Older bundled servers named two counters differently; each measured the same thing, so runs
-# recorded with them keep their figures (a key that is present but null never falls back).
-LEGACY_KEYS = {stats_keys.BYTES_REQUESTED: stats_keys.LEGACY_ENGRAM_BYTES_READ,
-               stats_keys.ENGRAM_WAIT_MS: stats_keys.LEGACY_STALL_MS}
 STEP_PARTS = ((stats_keys.COMPUTE_MS, "compute"), (stats_keys.ENGRAM_WAIT_MS, "Engram wait"),
               (stats_keys.HASH_MS, "hash/submit"), (stats_keys.SAMPLE_MS, "sample"),
               (stats_keys.EMIT_MS, "emit"))
-# the text figures, shown as the server sent them
-LABELS = (stats_keys.PLACEMENT, stats_keys.IO_MODE, stats_keys.CACHE_STATE, stats_keys.DECODE)
 UNACCOUNTED = "unaccounted"
-
-
-def _number(stats: dict, key: str) -> float | None:
-    """A finite number, or None: missing, null (not measurable there) or not a number."""
-    if key not in stats:
-        key = LEGACY_KEYS.get(key, key)
-    value = stats.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _text(stats: dict, key: str) -> str | None:
-    value = stats.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _delta(before: dict, after: dict, key: str) -> float | None:
-    """A counter's growth over the level; None when an end is unknown or the counter went
-    back (the server restarted in between), so no figure is made up."""
-    start, end = _number(before, key), _number(after, key)
-    if start is None or end is None or end < start:
-        return None
-    return end - start
-
-
-def _per(value: float | None, per: float | None) -> float | None:
-    return None if value is None or not per else value / per
-
-
-def level_counters(before: dict, after: dict) -> dict[str, float | str | None]:
-    """One level's figures from its /stats snapshots: rates are deltas over the level, sizes
-    are the gauges after it; None wherever a source is missing or null."""
-    def delta(key: str) -> float | None:
-        return _delta(before, after, key)
-
-    tokens, uptime = delta(stats_keys.TOKENS), delta(stats_keys.UPTIME_S)
-    disk, pages = delta(stats_keys.DISK_READ_BYTES), delta(stats_keys.PAGES_REQUESTED)
-    hit = None if disk is None or not pages else min(1.0, max(0.0, 1 - disk / PAGE_BYTES / pages))
-    busy_ms_per_s = _per(delta(stats_keys.BLOCKDEV_READ_MS), uptime)
-    resident = _number(after, stats_keys.TABLE_RESIDENT_BYTES)
-    peak = _number(after, stats_keys.TABLE_RESIDENT_PEAK_BYTES)
-    budget = _number(after, stats_keys.TABLE_BUDGET_BYTES)
-    return {
-        "tokens": tokens,
-        "disk_bytes_per_token": _per(disk, tokens),
-        "requested_bytes_per_token": _per(delta(stats_keys.BYTES_REQUESTED), tokens),
-        "page_hit_rate": hit,
-        "major_faults_per_token": _per(delta(stats_keys.PAGE_FAULTS_MAJOR), tokens),
-        "minor_faults_per_token": _per(delta(stats_keys.PAGE_FAULTS_MINOR), tokens),
-        "engram_stall": _per(delta(stats_keys.ENGRAM_WAIT_MS), delta(stats_keys.STEP_MS)),
-        "gather_cpu_ms_per_token": _per(delta(stats_keys.GATHER_CPU_MS), tokens),
-        "read_iops": _per(delta(stats_keys.BLOCKDEV_READS), uptime),
-        "read_queue_depth": None if busy_ms_per_s is None else busy_ms_per_s / 1000,
-        "resident_bytes": resident,
-        "resident_peak_bytes": peak,
-        "budget_bytes": budget,
-        "resident_of_budget": _per(resident, budget),
-        "peak_of_budget": _per(peak, budget),
-        "mapping_rss_bytes": _number(after, stats_keys.TABLE_MAPPING_RSS_BYTES),
-        "counted_resident_bytes": _number(after, stats_keys.LEGACY_MAPPING_RESIDENT_BYTES),
-        **{key: _text(after, key) for key in LABELS},
-    }
 
 
 def step_breakdown(before: dict, after: dict) -> dict[str, float]:
@@ -96,9 +24,9 @@ def step_breakdown(before: dict, after: dict) -> dict[str, float]:
         layers = _wait_by_layer(before, after) if key == stats_keys.ENGRAM_WAIT_MS else {}
         if len(layers) > 1:
             parts.update(layers)
-        elif (ms := _delta(before, after, key)) is not None:
+        elif (ms := delta(before, after, key)) is not None:
             parts[name] = ms
-    step = _delta(before, after, stats_keys.STEP_MS)
+    step = delta(before, after, stats_keys.STEP_MS)
     if not step or not parts:
         return {}
     return {**parts, UNACCOUNTED: step - sum(parts.values())}
@@ -112,7 +40,7 @@ def _wait_by_layer(before: dict, after: dict) -> dict[str, float]:
         return {}
     out = {}
     for layer in sorted(end, key=lambda k: (len(k), k)):
-        ms = _delta(start, end, layer)
+        ms = delta(start, end, layer)
         if ms is None:
             return {}
         out[f"Engram wait L{layer}"] = ms
