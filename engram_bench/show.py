@@ -5,56 +5,26 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import cast
 
 from rich.console import Console
 
 from engram_bench.errors import UserError
 from engram_bench.parser import targets
-from harness.config import StoredRun
-from harness.results import report
 from harness.results.capacity_csv import capacity_object, read_level_csv
-from harness.results.metrics import Targets, capacity, point, stats_by_level
+from harness.results.metrics import Targets
 from harness.results.peer_views import peer_view, with_chunk_times
 from harness.results.render import print_capacity, print_peer_view, print_summary
-from harness.results.report import summarise
-from harness.results.run_row import RunRow
 from harness.results.store import Store
-from harness.results.users import paired_concurrency_run
-from harness.run import modes
+from harness.results.stored_summary import stored_summary
 
 
 def show_run(store: Store, run_id: str, targets: Targets, as_json: bool, console: Console) -> int:
-    run = store.run(run_id)
-    records = store.requests(run.run_id)
-    config = StoredRun.from_json(run.config).config
-    found = (report.search_plan(store, run.run_id, config, targets)
-             if config and config.search and records else None)
-    summary = summarise(run, stats_by_level(records, cast(int, run.output_tokens), targets.slo),
-                        records, targets, found, _paired_max_c(store, run, targets),
-                        report.server_levels(store.server_metrics(run.run_id)),
-                        store.client_checks(run.run_id), store.user_levels(run.run_id),
-                        store.lead_ins(run.run_id), store.load_hosts(run.run_id),
-                        store.server_cpu(run.run_id), store.host_levels(run.run_id))
+    summary = stored_summary(store, run_id, targets)
     if as_json:
         print(json.dumps(summary, default=str))
     else:
         print_summary(summary, console)
     return 0
-
-
-def _paired_max_c(store: Store, run: RunRow, targets: Targets) -> tuple[str, int] | None:
-    """A users run: the newest run of its setup keyed by C, and that run's Max C (its
-    estimate)."""
-    if modes.keyed_by(run.mode or "") != "U":
-        return None
-    paired = paired_concurrency_run(store.runs(), run)
-    if paired is None:
-        return None
-    stats = stats_by_level(store.requests(paired.run_id), cast(int, paired.output_tokens),
-                           targets.slo)
-    return paired.run_id, capacity([point(s, targets.statistic) for s in stats],
-                                   targets).max_c
 
 
 def cmd_summary(args: argparse.Namespace, console: Console) -> int:
