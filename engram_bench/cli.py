@@ -1,8 +1,9 @@
 """`engram-bench` (also `python -m engram_bench`): the commands by name and their errors.
 
 `run` is engram_bench/run_command.py, `summary`, `capacity` and `export` engram_bench/show.py,
-the device, sizing and recipe commands runners/commands.py; `explore` starts the explorer and
-`serve` the bundled server, each as a process of its own. The parsers are engram_bench/parser.py.
+`compare` engram_bench/compare.py, the device, sizing and recipe commands runners/commands.py;
+`explore` starts the explorer and `serve` the bundled server, each as a process of its own. The
+parsers are engram_bench/parser.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.console import Console
 
 from common.console import output_console
 from engram_bench import extras
+from engram_bench.compare import cmd_compare
 from engram_bench.errors import UserError
 from engram_bench.parser import build_parser
 from engram_bench.run_command import cmd_run, exit_status
@@ -55,8 +57,8 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
-    "run": cmd_run, "summary": cmd_summary, "capacity": cmd_capacity, "export": cmd_export,
-    "explore": cmd_explore, **runner_commands.COMMANDS}
+    "run": cmd_run, "summary": cmd_summary, "compare": cmd_compare, "capacity": cmd_capacity,
+    "export": cmd_export, "explore": cmd_explore, **runner_commands.COMMANDS}
 
 
 def serve(argv: list[str]) -> int:

@@ -246,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_flags(summary)
     _add_goodput_flags(summary)
 
+    compare = sub.add_parser("compare", help="what moving the table did: a placement verdict "
+                             "of two runs")
+    compare.add_argument("run_ids", nargs="*", type=_run_id, metavar="RUN",
+                         help="two run ids, the table's first placement (A) and its second (B); "
+                              "latest: the newest run")
+    compare.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
+    _add_target_flags(compare)
+
     cap = sub.add_parser("capacity", help="apply the capacity rules to a per-level CSV")
     cap.add_argument("--csv", type=Path, required=True,
                      help="columns run, concurrency, mean_ttft_ms, mean_tps [, errors], or the "

@@ -1,6 +1,7 @@
 """Two or more runs overlaid, with the per-C difference against a baseline run, and one server
 metric (from /metrics) of every run that recorded it. Users runs (`run --mode users`) are drawn
-against the user count U and judged by Max users; runs of different prompt lengths say so."""
+against the user count U and judged by Max users; runs of different prompt lengths say so. The
+first two runs get the placement verdict `compare` prints: what moving the table did."""
 
 from pathlib import Path
 
@@ -8,7 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from explorer import charts, data, literal, tables, ui
-from harness.results.metrics import capacity
+from harness.results.metrics import Targets, capacity
+from harness.results.placement import PlacementError, Verdict
+from harness.results.render_placement import rows
+from harness.results.store import Store, StoreError
+from harness.results.stored_summary import stored_verdict
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -19,6 +24,32 @@ def _clusters(path: str, version: tuple | None, run_ids: tuple[str, ...]) -> pd.
 @st.cache_data(show_spinner=False, max_entries=16)
 def _bands(path: str, version: tuple | None, run_ids: tuple[str, ...]) -> pd.DataFrame:
     return data.level_bands(_clusters(path, version, run_ids))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _verdict(path: str, version: tuple | None, run_a: str, run_b: str,
+             targets: Targets) -> Verdict | str:
+    """The placement verdict of run B against run A, or the sentence why there is none (a
+    published run has no stored figures to give one)."""
+    try:
+        return stored_verdict(Store(Path(path), lock_timeout_s=10), run_a, run_b, targets)
+    except (PlacementError, StoreError) as exc:
+        return str(exc)
+
+
+def _show_verdict(run_a: str, run_b: str, targets: Targets, more: bool) -> None:
+    st.subheader("Placement verdict")
+    path, version = ui.database()
+    found = _verdict(str(path), version, run_a, run_b, targets)
+    if isinstance(found, str):
+        st.info(found)
+        return
+    st.markdown(literal.markdown(found.paragraph))
+    st.dataframe(pd.DataFrame(rows(found), columns=["figure", "A", "B", "B - A"]),
+                 hide_index=True, width="stretch")
+    st.caption(f"A: {run_a}, B: {run_b}" + (" (the first two runs chosen)" if more else "")
+               + "; the same as `engram-bench compare A B`. Runs are measured one after the "
+               "other, not interleaved: drift between them counts as a difference.")
 
 
 st.title("Compare")
@@ -91,6 +122,7 @@ else:
                            "passing", "warnings"), pinned=tables.RUN_PINNED)
         ui.download("Levels CSV", lambda: levels, "compare_levels.csv", len(levels),
                     "compare_levels")
+        _show_verdict(selected[0], selected[1], targets, len(selected) > 2)
         st.subheader("Server metrics")
         figures = data.server_figures(ui.database()[0], selected)
         columns = data.server_columns(figures)

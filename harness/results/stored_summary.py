@@ -1,5 +1,5 @@
-"""A stored run's summary, built from everything the results file holds about it: what
-`summary` prints, and what other commands build on."""
+"""A stored run's summary, built from everything the results file holds about it (what
+`summary` prints), and two runs' placement verdict (what `compare` prints)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import cast
 from harness.config import StoredRun
 from harness.results import report
 from harness.results.metrics import Targets, capacity, level_key, point, stats_by_level
+from harness.results.placement import RunSide, Verdict, run_side, verdict
 from harness.results.run_row import RunRow
 from harness.results.store import Store
 from harness.results.summary import Summary
@@ -28,6 +29,18 @@ def stored_summary(store: Store, run_id: str, targets: Targets) -> Summary:
         report.server_levels(store.server_metrics(run.run_id)), store.client_checks(run.run_id),
         store.user_levels(run.run_id), store.lead_ins(run.run_id), store.load_hosts(run.run_id),
         store.server_cpu(run.run_id), store.host_levels(run.run_id))
+
+
+def stored_verdict(store: Store, run_a: str, run_b: str, targets: Targets) -> Verdict:
+    """Run B against run A (harness.results.placement), each judged by `targets`; StoreError
+    for a run the file does not hold, PlacementError for a pair no verdict fits."""
+    def side(run_id: str) -> RunSide:
+        run = store.run(run_id)
+        return run_side(stored_summary(store, run.run_id, targets),
+                        store.server_stats(run.run_id), store.server_metrics(run.run_id),
+                        run.target_url)
+
+    return verdict(side(run_a), side(run_b), targets.chat_factor)
 
 
 def _paired_max_c(store: Store, run: RunRow, targets: Targets) -> tuple[str, int] | None:
