@@ -1,9 +1,9 @@
 """`engram-bench` (also `python -m engram_bench`): the commands by name and their errors.
 
 `run` is engram_bench/run_command.py, `summary`, `capacity` and `export` engram_bench/show.py,
-`compare` engram_bench/compare.py, the device, sizing and recipe commands runners/commands.py;
-`explore` starts the explorer and `serve` the bundled server, each as a process of its own. The
-parsers are engram_bench/parser.py.
+`compare` engram_bench/compare.py, `report` engram_bench/report_command.py, the device, sizing
+and recipe commands runners/commands.py; `explore` starts the explorer and `serve` the bundled
+server, each as a process of its own. The parsers are engram_bench/parser.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from engram_bench import extras
 from engram_bench.compare import cmd_compare
 from engram_bench.errors import UserError
 from engram_bench.parser import build_parser
+from engram_bench.report_command import cmd_report
 from engram_bench.run_command import cmd_run, exit_status
 from engram_bench.show import cmd_capacity, cmd_export, cmd_summary
 from harness.config import ConfigError
@@ -58,7 +59,8 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "run": cmd_run, "summary": cmd_summary, "compare": cmd_compare, "capacity": cmd_capacity,
-    "export": cmd_export, "explore": cmd_explore, **runner_commands.COMMANDS}
+    "export": cmd_export, "explore": cmd_explore, "report": cmd_report,
+    **runner_commands.COMMANDS}
 
 
 def serve(argv: list[str]) -> int:

@@ -243,8 +243,24 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--as", dest="as_tool", choices=PEER_TOOLS,
                          help="the figures as that tool defines them (TPOT, ITL, throughputs), "
                               "computed from the stored rows (default: engram-bench's own)")
+    summary.add_argument("--format", choices=("table", "md"), default="table",
+                         help="md: the verdict and the level table as Markdown, for an issue "
+                              "or a chat")
     _add_target_flags(summary)
     _add_goodput_flags(summary)
+
+    report = sub.add_parser("report", help="one self-contained HTML file of runs, to hand over")
+    report.add_argument("runs", nargs="*", default=["latest"], metavar="RUN",
+                        help="run ids, latest, or results files (each: all its runs); several "
+                             "runs are compared")
+    report.add_argument("-o", "--out", type=Path, default=Path("results"),
+                        help="the HTML file, or a folder for report-<run>.html")
+    report.add_argument("--png", type=Path, metavar="DIR",
+                        help="also each chart as a PNG in DIR (drawn by headless Chromium)")
+    report.add_argument("--svg", type=Path, metavar="DIR",
+                        help="also each chart as an SVG in DIR (drawn by headless Chromium)")
+    report.add_argument("--db", type=Path, default=DEFAULT_DB, help="results file")
+    _add_target_flags(report)
 
     compare = sub.add_parser("compare", help="what moving the table did: a placement verdict "
                              "of two runs")

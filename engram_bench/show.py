@@ -11,6 +11,7 @@ from rich.console import Console
 from engram_bench.errors import UserError
 from engram_bench.parser import targets
 from harness.results.capacity_csv import capacity_object, read_level_csv
+from harness.results.handover.markdown import summary_markdown
 from harness.results.metrics import Targets
 from harness.results.peer_views import peer_view, with_chunk_times
 from harness.results.render import print_capacity, print_peer_view, print_summary
@@ -32,6 +33,10 @@ def cmd_summary(args: argparse.Namespace, console: Console) -> int:
         raise UserError(f"{args.db} does not exist yet: start a run with `make bench`")
     if args.as_tool:
         return _show_as(Store(args.db), args.run_id, args.as_tool, args.json, console)
+    if args.format == "md":
+        print(summary_markdown(stored_summary(Store(args.db), args.run_id, targets(args))),
+              end="")
+        return 0
     return show_run(Store(args.db), args.run_id, targets(args), args.json, console)
 
 
