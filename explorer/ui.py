@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer import data, literal
+from harness.results.handover import sources
 from harness.results.metrics import Targets, level_key
 
 MEASURED = "measured"
@@ -160,6 +161,23 @@ def download(label: str, frame_fn: Callable[[], pd.DataFrame], file_name: str, r
     """A CSV download whose file is built only when clicked."""
     st.download_button(f"{label} ({rows} rows)", data=partial(_csv, frame_fn),
                        file_name=file_name, mime="text/csv", key=key, on_click="ignore")
+
+
+def report_download(run_ids: list[str], key: str) -> None:
+    """The file `engram-bench report` writes for the measured runs of `run_ids` under the
+    targets set here (only its time differs), built only when clicked; none for none."""
+    runs = measured_runs()
+    measured = [r for r in run_ids if not runs.empty and r in set(runs["run_id"])]
+    if measured:
+        st.download_button("Download report", data=partial(report_bytes, measured, targets()),
+                           file_name=sources.report_name(measured), mime="text/html", key=key,
+                           on_click="ignore")
+
+
+def report_bytes(run_ids: list[str], run_targets: Targets) -> bytes:
+    """The report of runs of the explorer's results file."""
+    path, _ = database()
+    return sources.build_report([(path, r) for r in run_ids], run_targets).html.encode("utf-8")
 
 
 def _csv(frame_fn: Callable[[], pd.DataFrame]) -> bytes:

@@ -61,6 +61,7 @@ selected = st.multiselect("runs (the first is the baseline)", choices, default=d
 if len(selected) < 2:
     st.info("Pick two or more runs; measured and published runs can be mixed.")
 else:
+    ui.report_download(selected, "compare_report")
     levels = ui.levels_for(selected)
     if levels.empty:
         st.info("The chosen runs have stored no finished round yet.")

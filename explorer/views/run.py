@@ -275,6 +275,7 @@ if not labels:
     ui.empty_state()
 else:
     run_id = st.selectbox("run", list(labels), format_func=labels.__getitem__, key="run_id")
+    ui.report_download([run_id], "run_report")
     levels = ui.levels_for([run_id])
     if levels.empty:
         st.info("This run has stored no finished round yet: its levels appear as they finish.")
