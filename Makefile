@@ -8,6 +8,7 @@ BIN    := $(VENV)/bin
 CORE     := $(VENV)/.stamp-core
 EXPLORER := $(VENV)/.stamp-explorer
 SERVER   := $(VENV)/.stamp-server
+REPORT   := $(VENV)/.stamp-report
 ALL      := $(VENV)/.stamp-all
 DISTRIBUTED := $(VENV)/.stamp-distributed
 
@@ -54,7 +55,7 @@ BENCH_FLAGS = --db $(DB) --device $(DEVICE) \
   $(if $(PROFILE),--profile $(PROFILE)) $(if $(TURNS),--turns $(TURNS)) \
   $(if $(filter 1,$(SEARCH)),--search)
 
-.PHONY: venv test test-faults test-vllm test-distributed lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-trace bench-peers bench-explorer bench-agent cuda-check serve explore summary export clean
+.PHONY: venv test test-faults test-vllm test-distributed lint docs bench bench-harness bench-level-stats bench-offload bench-kv-tradeoff bench-streams bench-users bench-users-study bench-trace bench-peers bench-explorer bench-agent bench-report cuda-check serve explore summary export clean
 
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +65,10 @@ $(CORE): pyproject.toml
 
 $(EXPLORER): $(CORE)
 	$(BIN)/python -m pip install -q -e '.[explorer]'
+	touch $@
+
+$(REPORT): $(CORE)
+	$(BIN)/python -m pip install -q -e '.[report]'
 	touch $@
 
 $(SERVER): $(CORE)
@@ -119,9 +124,13 @@ test-distributed: $(DISTRIBUTED)
 ifneq ($(API_KEY),)
 bench: export OPENAI_API_KEY := $(API_KEY)
 endif
-# Your own server (URL=...) needs only the core; the bundled Engram server needs the server extra.
-bench: $(if $(or $(URL),$(filter vllm,$(ENGINE))),$(CORE),$(SERVER))
-	$(BIN)/engram-bench run $(BENCH_FLAGS)
+# Your own server (URL=...) needs only the core; the bundled Engram server needs the server
+# extra; plotly (the report extra) for the report a run that started (exit 0, or 1: failed)
+# ends with, results/report-<run>.html, its path printed after the summary.
+bench: $(if $(or $(URL),$(filter vllm,$(ENGINE))),$(CORE),$(SERVER)) $(REPORT)
+	status=0; $(BIN)/engram-bench run $(BENCH_FLAGS) || status=$$?; \
+	if [ $$status -le 1 ]; then $(BIN)/engram-bench report latest --db $(DB) -o $(dir $(DB)); fi; \
+	exit $$status
 
 # ... then past one event loop; the exit status is the accuracy table's (2: a target missed)
 bench-harness: $(DISTRIBUTED)
@@ -179,6 +188,10 @@ explore: $(EXPLORER)
 
 bench-explorer: $(ALL)
 	$(BIN)/python benchmarks/explorer_pages.py
+
+# engram-bench report over one stored run of 10 levels and over 10 of them: seconds and size.
+bench-report: $(ALL)
+	$(BIN)/python benchmarks/report_speed.py
 
 # What `engram-bench agent` costs the serving host: CPU and RSS at 1 Hz on a 2 GiB table, and
 # one residency sample of sparse 64 GiB and 200 GiB files (made with truncate under /var/tmp).
