@@ -18,6 +18,8 @@ IO_MODE: Final = "io_mode"
 """nvme only: how rows are read, mmap (page cache) or direct (O_DIRECT and a row cache)."""
 CACHE_STATE: Final = "cache_state"
 """nvme only: how the table's cache started, cold (dropped) or warm."""
+TABLE_PATH: Final = "table_path"
+"""The table file's path on the server's host."""
 DECODE: Final = "decode"
 """How generated tokens are chosen: sample, or replay (a natural text; logits still
 computed)."""

@@ -25,6 +25,7 @@ from harness.run import aio, modes
 from harness.run.prompts import load
 from harness.wire.endpoint import Endpoint
 from runners import engines
+from runners.host_agent import launch
 from runners.lifecycle import ServerDied
 
 EXIT_FAILED = 1  # the run started and stopped as failed, what it measured kept
@@ -34,21 +35,28 @@ _DEATH_GRACE_S = 10.0  # how long a failed run waits for a managed server that s
 
 
 @contextlib.contextmanager
-def _target(config: RunConfig, console: Console) -> Iterator[tuple[str, int | None]]:
-    """The URL to sweep: the given one, or a managed engine's server started (and stopped)
-    here, with its process (each level measures its CPU)."""
+def _target(config: RunConfig, console: Console) -> Iterator[tuple[RunConfig, int | None]]:
+    """The config to sweep: as given, or with the URL of a managed engine's server started
+    (and stopped) here and the URL of a host agent on its process tree added to its host
+    metrics; and that server's process (each level measures its CPU)."""
     if not config.server_args:
-        yield config.url, None
+        yield config, None
         return
     engine = engines.engine_of(config.server_args)
-    with engine.serve(config.server_args,
-                      lambda text: console.print(text, highlight=False)) as server:
-        try:
-            yield server.url, server.pid
-        except Exception:  # a death explains whatever failed after it
-            if death := server.death_within(_DEATH_GRACE_S):
-                raise ServerDied(death) from None
-            raise
+
+    def say(text: str) -> None:
+        console.print(text, highlight=False)
+
+    with engine.serve(config.server_args, say) as server:
+        assert server.pid is not None  # running
+        with launch.watching(server.pid, engine.table_files(server), say) as agent:
+            hosts = (*config.host_metrics, agent) if agent else config.host_metrics
+            try:
+                yield replace(config, url=server.url, host_metrics=hosts), server.pid
+            except Exception:  # a death explains whatever failed after it
+                if death := server.death_within(_DEATH_GRACE_S):
+                    raise ServerDied(death) from None
+                raise
         if server.death:  # its requests failed and are stored; the run did not complete
             raise ServerDied(server.death)
 
@@ -105,8 +113,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         # one writer per run (a second --resume is refused), taken before a server starts;
         # the file held open, so one deleted under the run is put back with what it stored
         with store.run_lock(run_id), store.held_open(), \
-                _target(config, status) as (url, server_pid):
-            config = replace(config, url=url)
+                _target(config, status) as (config, server_pid):
             endpoint = Endpoint(config.url, config.api,
                                 args.api_key or os.environ.get("OPENAI_API_KEY"),
                                 ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,

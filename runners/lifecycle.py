@@ -43,7 +43,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -127,7 +127,7 @@ class ManagedServer:
                 [*self.command, "--host", "127.0.0.1", "--port", str(self.port)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True,  # Ctrl-C reaches the bench, which stops the server
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         deadline = t0 + self.startup_timeout_s
         while time.monotonic() < deadline:

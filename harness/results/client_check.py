@@ -58,7 +58,7 @@ class ClientCheck:
 
 
 def check(lags_ms: list[float], cpu_s: float, wall_s: float, unread: list[int],
-          waited_s: float | None = None, reads_ms: list[int] | None = None) -> ClientCheck:
+          waited_s: float | None = None, reads_ms: list[float] | None = None) -> ClientCheck:
     """The level's check from the monitor's samples (`reads_ms`: each first read's lag)."""
     return ClientCheck(
         loop_lag_p50_ms=quantile(lags_ms, 0.5),

@@ -49,7 +49,7 @@ _LAST_DATA_RECV = struct.Struct("I")
 _LAST_DATA_RECV_AT = 8 + 11 * 4
 # this process's first reads: how long the bytes of each request's first token had been in
 # its socket when the loop read them (the kernel's clock; LoopMonitor takes them per level)
-FIRST_READ_LAGS_MS: list[int] = []
+FIRST_READ_LAGS_MS: list[float] = []
 
 
 class Clock:
@@ -101,8 +101,8 @@ class _Exchange:
     """
 
     __slots__ = (
-        "body", "body_limit", "done_ns", "drain", "end_ns", "error", "events", "future",
-        "parser", "received", "sse", "stream",
+        "body", "body_limit", "done_ns", "drain", "end_ns", "error", "events", "first_read",
+        "future", "parser", "received", "sse", "stream",
     )
 
     def __init__(
@@ -121,6 +121,9 @@ class _Exchange:
         self.end_ns = 0
         self.done_ns = 0
         self.drain: asyncio.TimerHandle | None = None  # bounds the body's rest after [DONE]
+        # the read that brought the first token, when it brought later ones too: the kernel's
+        # ms since the newest bytes arrived, and the token chunks it held (first_token_wait_ms)
+        self.first_read: tuple[int, int] | None = None
 
     def finish(self, error: tuple[str, str] | None = None) -> None:
         """Called from the protocol callback, so `end_ns` is when the bytes arrived."""
@@ -152,18 +155,25 @@ class _Connection(asyncio.Protocol):
             self.fd = sock.fileno()
             self.sock = sock
 
-    def _first_read(self) -> None:
-        """How long the first token's bytes waited in the socket before this read: the
-        kernel's time since the connection last received data (TCP_INFO), kept for the
-        level's self-check (a loop busy with other streams reads them late)."""
+    def _first_read(self, ex: _Exchange) -> None:
+        """How long the first token's bytes waited in the socket before this read, kept for
+        the level's self-check (a loop busy with other streams reads them late): the kernel's
+        time since the connection last received data (TCP_INFO). That dates the newest bytes
+        read, so a read that brought later tokens too is finished when the stream ends
+        (`_note_first_read`)."""
         if self.sock is None:
             return
         try:
             info = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
         except OSError:
             return
-        if len(info) >= _LAST_DATA_RECV_AT + 4:
-            FIRST_READ_LAGS_MS.append(_LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_AT)[0])
+        if len(info) < _LAST_DATA_RECV_AT + 4:
+            return
+        newest_ms = _LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_AT)[0]
+        if ex.stream.chunks == 1:
+            FIRST_READ_LAGS_MS.append(newest_ms)
+        else:
+            ex.first_read = (newest_ms, ex.stream.chunks)
 
     def unread_bytes(self) -> int:
         """Bytes the kernel holds for this connection that the loop has not read yet."""
@@ -210,7 +220,7 @@ class _Connection(asyncio.Protocol):
                                 ex.done_ns = now_ns
                                 break
                         if first and ex.stream.chunks:
-                            self._first_read()
+                            self._first_read(ex)
                 else:
                     ex.body += body[: ex.body_limit - len(ex.body)]
         except ProtocolError as exc:
@@ -256,6 +266,26 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def first_token_wait_ms(newest_ms: float, together: int, times_ns: list[int]) -> float:
+    """How long a first token waited in its socket when the loop read it together with the
+    `together - 1` token chunks after it. The kernel's figure (`newest_ms`) dates the newest of
+    them; the first had arrived earlier by their spacing, which the stream's later reads show
+    (their mean gap per chunk: a loop that read late catches up, so this errs short). A stream
+    read whole at once shows no spacing: the kernel's figure is all there is."""
+    later = len(times_ns) - together
+    if together < 2 or later < 1:
+        return newest_ms
+    spacing_ms = (times_ns[-1] - times_ns[together - 1]) / later / 1e6
+    return newest_ms + (together - 1) * spacing_ms
+
+
+def _note_first_read(ex: _Exchange) -> None:
+    """An ended stream's first read, if it brought later tokens too, to the self-check."""
+    if ex.first_read is not None:
+        FIRST_READ_LAGS_MS.append(first_token_wait_ms(*ex.first_read, ex.stream.times_ns))
+        ex.first_read = None
 
 
 def _is_event_stream(parser: ResponseParser) -> bool:
@@ -448,6 +478,7 @@ async def stream_completion(
             continue
         pool.release(conn)
         break
+    _note_first_read(exchange)
     _fill(record, exchange, clock, sent_ns, exchange.end_ns)
     if record.retried and record.error_message:
         record.error_message += f" (on the re-send; the first attempt ended {record.retried})"

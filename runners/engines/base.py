@@ -56,6 +56,11 @@ class ManagedEngine:
         """Set up (first use), start, yield the running server, stop; `say` prints progress."""
         raise NotImplementedError
 
+    def table_files(self, server: ManagedServer) -> list[str]:
+        """The files the running server reads its table from on disk, for the host agent
+        `run` starts beside it (none: the table is in memory, or the engine has none)."""
+        return []
+
     def given_flags(self, args: argparse.Namespace) -> list[str]:
         """Its `flags` set on the command line, as the user typed them."""
         return ["--" + dest.replace("_", "-") for dest in self.flags

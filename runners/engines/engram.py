@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import urllib.request
 from collections.abc import Iterator, Sequence
 
+from common import stats_keys
 from common.flag_types import fraction, positive_float
 from runners.engines.base import ManagedEngine, Say
 from runners.lifecycle import BundledServer, ManagedServer
@@ -71,6 +74,20 @@ class Engram(ManagedEngine):
             say(f"bundled server up at {server.url} after {server.start_s:.1f} s "
                 f"(log {server.log_path})")
             yield server
+
+
+    def table_files(self, server: ManagedServer) -> list[str]:
+        """Its table file when it reads it from NVMe, as its own /stats names it."""
+        try:
+            with urllib.request.urlopen(f"{server.url.removesuffix('/v1')}/stats",
+                                        timeout=5) as response:
+                stats = json.load(response)
+        except (OSError, ValueError):
+            return []
+        if not isinstance(stats, dict) or stats.get(stats_keys.PLACEMENT) != "nvme":
+            return []
+        path = stats.get(stats_keys.TABLE_PATH)
+        return [path] if isinstance(path, str) else []
 
 
 ENGINE = Engram()

@@ -4,10 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
+import urllib.request
 
+from harness.config import RunConfig
+from harness.records import RequestRecord
+from harness.results.client_check import READ_LAG_LIMIT_MS, describe
+from harness.results.store import Store
+from harness.run import aio
 from harness.run.loop_monitor import LoopMonitor
-from tests.helpers import run_cli
+from harness.run.progress import LevelProgress
+from harness.run.session import execute, new_run_id
+from harness.run.workload import payload
+from harness.wire.client import (
+    FIRST_READ_LAGS_MS,
+    Clock,
+    ConnectionPool,
+    build_request,
+    stream_completion,
+)
+from harness.wire.endpoint import Endpoint
+from runners.lifecycle import free_port
+from tests.harness.fixtures import CannedServer, delta
+from tests.helpers import ROOT, run_cli, wait_for_port
 
 
 def _monitored(blocking_s: float, blocks: int) -> object:
@@ -53,3 +75,91 @@ def test_every_level_stores_its_self_check_and_the_summary_shows_it(sweep):
         flagged = any(w.startswith(f"C={level['concurrency']} was client-bound")
                       for w in summary["warnings"])
         assert flagged is check.client_bound
+
+
+def _exact_servers(count: int, *flags: str) -> tuple[list[subprocess.Popen], str, list[int]]:
+    """`count` fake server processes sharing one port, each logging at a control port of
+    its own."""
+    port, controls = free_port(), [free_port() for _ in range(count)]
+    procs = [subprocess.Popen([sys.executable, "-m", "harness.mock_server", "--port", str(port),
+                               "--reuse-port", "--control-port", str(control), *flags],
+                              stdout=subprocess.DEVNULL, cwd=ROOT) for control in controls]
+    for control in controls:
+        wait_for_port(control)
+    return procs, f"http://127.0.0.1:{port}/v1", controls
+
+
+def _first_writes(controls: list[int]) -> dict[str, float]:
+    """When each server process wrote each request's first token (the monotonic clock)."""
+    writes = {}
+    for control in controls:
+        with urllib.request.urlopen(f"http://127.0.0.1:{control}/mock/timings") as r:
+            writes.update({t["request_id"]: t["first_write"] for t in json.load(r)
+                           if t["first_write"]})
+    return writes
+
+
+def test_a_level_past_what_the_machine_holds_is_flagged_by_the_first_tokens_read_late(tmp_path):
+    """C=1024 streams of a token every 5 ms (~200,000 chunks a second: past one loop on any
+    machine) against exact servers, one per CPU: the timing loop reads first tokens late, many
+    with the tokens after them. The level is flagged, and the read lag it was judged from
+    covers how late the servers' own log says the first tokens were read (from their write
+    to the harness's read)."""
+    servers = max(2, min(os.cpu_count() or 1, 8))
+    procs, url, controls = _exact_servers(servers, "--ttft-ms", "50", "--itl-ms", "5")
+    try:
+        config = RunConfig(url=url, model="mock-model", levels=(1024,), max_concurrency=1024,
+                           rounds=1, input_tokens=16, output_tokens=32, server_metrics=False)
+        store = Store(tmp_path / "b.duckdb")
+        store.initialise()
+        result = aio.run(execute(config, Endpoint(url), store, LevelProgress(enabled=False),
+                                 new_run_id()))
+        writes = _first_writes(controls)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(5)
+    outcome, clock = result.outcomes[0], result.clock
+    late_ms = [(r.sent_at - clock.anchor_wall + clock.anchor_ns / 1e9 + r.ttft_ms / 1000
+                - writes[r.request_id]) * 1000 for r in outcome.records
+               if r.ok and r.ttft_ms is not None and r.request_id in writes]
+    read_late_ms = sum(late_ms) / len(late_ms)
+    check = outcome.client
+    assert check is not None and check.read_lag_mean_ms is not None
+    assert read_late_ms > READ_LAG_LIMIT_MS, "the machine kept up: nothing to flag"
+    assert check.client_bound
+    assert check.read_lag_mean_ms >= read_late_ms / 2, (check.read_lag_mean_ms, read_late_ms)
+    assert "first tokens read" in describe("C=1024", check)
+
+
+def test_a_first_token_read_with_later_ones_is_dated_from_its_own_arrival():
+    """The kernel dates only the newest bytes a read takes (TCP_INFO's time since data last
+    arrived): a loop held while the first token and two more arrive, 20 ms apart, reads them
+    together ~50 ms after the first came, not ~10 ms after the newest."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    events = [b"data: " + delta(word) + b"\n\n" for word in "abcdefgh"]
+    ep = Endpoint("http://127.0.0.1:1/v1")  # the server's, once it listens
+
+    async def held_while_tokens_arrive() -> RequestRecord:
+        pool = ConnectionPool(ep, connect_timeout=2.0)
+        await pool.warm(1)
+        body = payload("chat", "mock-model", "Hello there.", 8, 0.0)
+        request = build_request(ep, body, "r")
+        # the request leaves at once; the loop is then held over the first three tokens
+        asyncio.get_running_loop().call_later(0.005, time.sleep, 0.065)
+        record = await stream_completion(pool, request, RequestRecord("r", 1, 0, 0, 0.0),
+                                         Clock(), 10.0)
+        pool.close()
+        return record
+
+    with CannedServer([head, *events, b"data: [DONE]\n\n"]) as server:  # 20 ms apart
+        ep = Endpoint(server.url)
+        FIRST_READ_LAGS_MS.clear()
+        record = aio.run(held_while_tokens_arrive())
+    assert record.ok and record.ttft_ms is not None and record.chunk_offsets_ns is not None
+    together = sum(1 for t in record.chunk_offsets_ns if t == record.chunk_offsets_ns[0])
+    assert together >= 2, record.chunk_offsets_ns  # the loop was held past the second token
+    waited_ms = record.ttft_ms - 20  # the first token left 20 ms after the head
+    [measured] = FIRST_READ_LAGS_MS
+    assert measured >= waited_ms / 2, (measured, waited_ms)
+
