@@ -89,13 +89,24 @@ def worst(checks: list[ClientCheck]) -> ClientCheck:
         read_lag_mean_ms=top([c.read_lag_mean_ms for c in checks]))
 
 
+def breaches(c: ClientCheck) -> list[str]:
+    """Each figure past its limit, with the limit: what a client-bound level was judged from."""
+    figures = (
+        (c.loop_lag_p50_ms, LAG_P50_LIMIT_MS, "loop lag p50 {:.1f} ms (limit {:g} ms)"),
+        (c.loop_lag_p99_ms, LAG_P99_LIMIT_MS, "loop lag p99 {:.1f} ms (limit {:g} ms)"),
+        (c.cpu_share, CPU_SHARE_LIMIT, "CPU {:.0%} of a core (limit {:.0%})"),
+        (c.cpu_wait_share, CPU_WAIT_LIMIT, "waiting for a CPU {:.0%} of the time (limit {:.0%})"),
+        (c.read_lag_mean_ms, READ_LAG_LIMIT_MS,
+         "first tokens read {:.1f} ms after they arrived, on average (limit {:g} ms)"),
+    )
+    return [text.format(value, limit) for value, limit, text in figures
+            if value is not None and value > limit]
+
+
 def describe(name: str, c: ClientCheck) -> str:
-    """One sentence for a client-bound level."""
-    waited = ("" if c.cpu_wait_share is None
-              else f", waiting for a CPU {c.cpu_wait_share:.0%} of the time")
-    if c.read_lag_mean_ms is not None:
-        waited += f", first tokens read {c.read_lag_mean_ms:.1f} ms after they arrived"
-    return (f"{name} was client-bound (loop lag p99 {c.loop_lag_p99_ms or 0:.1f} ms, CPU "
-            f"{c.cpu_share or 0:.0%} of a core{waited}): its TTFT and ITL may read up to "
-            f"{c.loop_lag_p99_ms or 0:.1f} ms late; fewer streams per harness process, or a "
-            "quieter machine, measure the server instead")
+    """One sentence for a client-bound level: the figures it was judged from, each beside its
+    limit, and the loop's longest lag (a loop stopped or starved for seconds has that far
+    beyond its p99)."""
+    return (f"{name} was client-bound ({'; '.join(breaches(c))}): its TTFT and ITL may read "
+            f"late (the loop's longest lag was {c.loop_lag_max_ms or 0:.1f} ms); fewer streams "
+            "per harness process, or a quieter machine, measure the server instead")

@@ -12,7 +12,7 @@ import urllib.request
 
 from harness.config import RunConfig
 from harness.records import RequestRecord
-from harness.results.client_check import READ_LAG_LIMIT_MS, describe
+from harness.results.client_check import READ_LAG_LIMIT_MS, check, describe
 from harness.results.store import Store
 from harness.run import aio
 from harness.run.loop_monitor import LoopMonitor
@@ -163,3 +163,15 @@ def test_a_first_token_read_with_later_ones_is_dated_from_its_own_arrival():
     [measured] = FIRST_READ_LAGS_MS
     assert measured >= waited_ms / 2, (measured, waited_ms)
 
+
+def test_the_warning_names_the_figures_it_judged_from_and_the_longest_lag():
+    """A load process stopped for 30 s (SIGSTOP) fires its timer once 30 s late among
+    hundreds on time: the p99 it is judged by stays near 36 ms, and the warning says so beside
+    its limit, and what the times may be late by: the 30 s."""
+    lags = [0.2] * 300 + [35.9] * 4 + [30014.0]
+    stopped = check(lags, cpu_s=1.0, wall_s=40.0, unread=[0])
+    assert stopped.client_bound
+    warning = describe("C=64", stopped)
+    assert "loop lag p99 35.9 ms (limit 20 ms)" in warning
+    assert "30014.0 ms" in warning
+    assert "loop lag p50" not in warning  # within its limit: not what it was judged from
