@@ -95,6 +95,7 @@ class RunSide:
     max_c: int
     max_c_high: int | None  # the highest C not ruled out: the lowest failing C above - 1
     agreement: str | None  # repeats: how many found this Max C
+    starved: str | None  # the level that decided Max C failed while the server starved
     chat_users: int
     agentic_users: int
     levels: Mapping[int, LevelSide]
@@ -173,6 +174,7 @@ def run_side(summary: Summary, stats: Sequence[Mapping[str, Any]] = (),
         output_tokens=summary.get("output_tokens"), max_c=max_c,
         max_c_high=min(failing) - 1 if failing else None,
         agreement=agreement["text"] if agreement else None,
+        starved=summary.get("max_c_starved"),
         chat_users=summary.get("chat_users") or 0,
         agentic_users=summary.get("agentic_users") or 0, levels=sides,
         held=held_memory(stats, list(hosts.values())), kv=kv_pool(last, metric_rows))
@@ -273,6 +275,8 @@ def _paragraph(a: RunSide, b: RunSide, level: int | None, both_pass: bool,
     sentences = [f"{move} {moved}, from {a.max_c_text()} to {b.max_c_text()}: "
                  f"{a.chat_users} -> {b.chat_users} chat users, {a.agentic_users} -> "
                  f"{b.agentic_users} agentic users."]
+    sentences += [f"{side.placement or side.run_id}'s Max C may be this machine's, not the "
+                  f"server's: {side.starved}." for side in (a, b) if side.starved]
     if level is not None:
         sentences.append(_latency(a.levels[level], b.levels[level], level, both_pass))
         sentences.append(_disk(a, b, level))

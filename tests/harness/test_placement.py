@@ -80,7 +80,8 @@ def test_host_agent_figures_join_the_verdict_and_runs_without_them_still_work():
                                               "disk_read_bytes_per_output_token": 0.0}))  # type: ignore[arg-type]
     cold = run_side(summary("b", "file", {"table_resident_bytes_end": 1 << 30,
                                           "disk_read_bytes_per_output_token": 12_288.0}))  # type: ignore[arg-type]
-    bare = run_side(summary("c", "file", None))  # type: ignore[arg-type]
+    bare = run_side({**summary("c", "file", None),  # type: ignore[arg-type]
+                     "max_c_starved": "C=2 failed while the server was starved of CPU"})
     assert pinned.held.bytes == 8 << 30 and "pinned" in pinned.held.how
     assert cold.held.bytes == 1 << 30 and "page cache" in cold.held.how
     v = verdict(pinned, cold, 4.0)
@@ -89,6 +90,9 @@ def test_host_agent_figures_join_the_verdict_and_runs_without_them_still_work():
     assert "Per sustained chat user: 2 GiB on pinned" in v.paragraph
     without = verdict(pinned, bare, 4.0)
     assert bare.held.bytes is None and "file: not measured" in without.paragraph
+    assert ("file's Max C may be this machine's, not the server's: C=2 failed while the server "
+            "was starved of CPU.") in without.paragraph
+    assert "may be this machine's" not in v.paragraph
     assert "Neither engine reported its KV pool." in without.paragraph
     json.dumps(as_json(without))  # every figure serialises
 
