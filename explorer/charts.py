@@ -467,3 +467,56 @@ def trace_timeline(windows: pd.DataFrame, speedup: float) -> go.Figure:
                      rangemode="tozero", showgrid=False)
     fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h"})
     return fig
+
+
+def host_timeline(slices: pd.DataFrame, requests: pd.DataFrame, concurrency: int) -> go.Figure:
+    """A level on its own time axis (seconds since its first send): above, each host's disk
+    reads per second of each slice as bars and the table's residency as a line; below, each
+    request's TTFT where it was sent, with the I/O stall and the disk's busy share per
+    slice."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        specs=[[{"secondary_y": True}], [{"secondary_y": True}]])
+    for i, ((node, repeat), part) in enumerate(slices.groupby(["node", "repeat"], sort=True)):
+        color = PALETTE[i % len(PALETTE)]
+        name = f"node {node}" + (f", repeat {repeat}" if slices["repeat"].max() > 0 else "")
+        mid = (part["t_s"] + part["width_s"] / 2).tolist()
+        fig.add_trace(go.Bar(x=mid, y=part["read_mb_per_s"].tolist(),
+                             width=(part["width_s"] * 0.9).tolist(), marker={"color": color},
+                             opacity=0.6, name=f"{name}: disk reads (MB/s)",
+                             hovertemplate="%{x:.1f} s: %{y:.2f} MB/s<extra></extra>"),
+                      row=1, col=1, secondary_y=False)
+        end = (part["t_s"] + part["width_s"]).tolist()
+        if part["resident_mib"].notna().any():
+            fig.add_trace(go.Scatter(x=end, y=part["resident_mib"].tolist(), mode="lines",
+                                     line={"color": color}, name=f"{name}: table resident (MiB)",
+                                     hovertemplate="%{x:.1f} s: %{y:.1f} MiB<extra></extra>"),
+                          row=1, col=1, secondary_y=True)
+        for column, label, dash in (("io_stall_share", "I/O stall", "dot"),
+                                    ("disk_busy_share", "disk busy", "dash")):
+            if part[column].notna().any():
+                fig.add_trace(go.Scatter(x=mid, y=part[column].tolist(), mode="lines+markers",
+                                         line={"color": color, "dash": dash},
+                                         name=f"{name}: {label} (share)",
+                                         hovertemplate=f"%{{x:.1f}} s: {label} %{{y:.0%}}"
+                                                       "<extra></extra>"),
+                              row=2, col=1, secondary_y=True)
+    if not requests.empty:
+        fig.add_trace(go.Scatter(x=requests["t_s"].tolist(), y=requests["ttft_ms"].tolist(),
+                                 mode="markers", marker={"color": "#111111", "size": 5},
+                                 name="TTFT of a request sent then (ms)",
+                                 hovertemplate="sent %{x:.2f} s: TTFT %{y:.1f} ms"
+                                               "<extra></extra>"),
+                      row=2, col=1, secondary_y=False)
+    fig.update_xaxes(title_text=f"seconds since C={concurrency}'s first request was sent",
+                     row=2, col=1)
+    fig.update_yaxes(title_text="disk reads (MB/s)", rangemode="tozero", row=1, col=1,
+                     secondary_y=False)
+    fig.update_yaxes(title_text="resident (MiB)", rangemode="tozero", showgrid=False, row=1,
+                     col=1, secondary_y=True)
+    fig.update_yaxes(title_text="TTFT (ms)", rangemode="tozero", row=2, col=1,
+                     secondary_y=False)
+    fig.update_yaxes(title_text="share of the slice", range=[0, 1], showgrid=False, row=2,
+                     col=1, secondary_y=True)
+    fig.update_layout(height=560, margin={"t": 30, "b": 10}, legend={"orientation": "h"},
+                      barmode="overlay")
+    return fig

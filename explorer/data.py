@@ -22,6 +22,7 @@ from harness.config import StoredRun
 from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.goodput import Slo
+from harness.results.host_figures import level_host
 from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity, level_key
 from harness.results.report import level_intervals
 from harness.results.run_row import RunRow
@@ -178,6 +179,63 @@ def timeline(path: Path, run_id: str, concurrency: int, limit: int = 64) -> tupl
         sent = requests.set_index("request_id")["sent_ms"]
         chunks["at_ms"] = chunks["request_id"].map(sent) + chunks["t_ms"]
     return requests, chunks
+
+
+def host_levels(path: Path, run_id: str, levels_frame: pd.DataFrame) -> pd.DataFrame:
+    """Per level of a run with host metrics, the serving hosts' figures as `summary --json`
+    gives them (harness.results.host_figures) beside the level's mean TTFT and TPOT; empty
+    for a run without them."""
+    if not path.exists():
+        return pd.DataFrame()
+    try:
+        by_level = Store(path, lock_timeout_s=10).host_levels(run_id)
+    except StoreError:
+        return pd.DataFrame()
+    if not by_level:
+        return pd.DataFrame()
+    tokens = query(path, "SELECT concurrency, rate, sum(output_tokens) AS output_tokens, "
+                         "sum(input_tokens) AS prompt_tokens FROM requests WHERE run_id = ? "
+                         "GROUP BY ALL", [run_id])
+    counted = {(int(r.concurrency), None if pd.isna(r.rate) else float(r.rate)):
+               (float(r.output_tokens or 0), float(r.prompt_tokens or 0))
+               for r in tokens.itertuples()}
+    rows = [{"concurrency": c, "rate": rate,
+             **level_host(passes, *counted.get((c, rate), (0.0, 0.0)))}
+            for (c, rate), passes in sorted(by_level.items(), key=lambda kv: (kv[0][0],
+                                                                              kv[0][1] or 0))]
+    frame = pd.DataFrame(rows)
+    shown = [c for c in ("concurrency", "mean_ttft_ms", "mean_tpot_ms") if c in levels_frame]
+    if "concurrency" in shown and len(shown) > 1:
+        frame = frame.merge(levels_frame[shown].drop_duplicates("concurrency"),
+                            on="concurrency", how="left")
+    return frame
+
+
+def host_slices(path: Path, run_id: str, concurrency: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A level's host time slices (each host's, each pass's) and its requests, both on the
+    level's own time axis: seconds since its first request was sent (the slices' times are
+    the agents' clocks mapped to the harness's). Slices carry their rates per second of the
+    slice: read MB/s, the I/O stall and disk busy shares."""
+    slices = query(path, """
+        WITH first AS (SELECT min(epoch_us(sent_at)) AS t0 FROM requests
+                       WHERE run_id = ? AND concurrency = ? AND rate IS NULL)
+        SELECT node, coalesce(repeat, 0) AS repeat,
+               (epoch_us(started_at) - t0) / 1e6 AS t_s, width_s,
+               read_bytes / width_s / 1e6 AS read_mb_per_s,
+               major_faults / width_s AS major_faults_per_s,
+               table_resident_bytes / 2 ^ 20 AS resident_mib,
+               rss_file_bytes / 2 ^ 20 AS rss_file_mib,
+               io_some_s / width_s AS io_stall_share,
+               disk_io_time_s / width_s AS disk_busy_share
+        FROM host_slices, first WHERE run_id = ? AND concurrency = ? AND rate IS NULL
+            AND width_s > 0
+        ORDER BY repeat, node, t_s""", [run_id, concurrency, run_id, concurrency])
+    requests = query(path, """
+        SELECT (epoch_us(sent_at) - min(epoch_us(sent_at)) OVER ()) / 1e6 AS t_s, ttft_ms,
+               coalesce(repeat, 0) AS repeat
+        FROM requests WHERE run_id = ? AND concurrency = ? AND rate IS NULL AND ok
+        ORDER BY sent_at""", [run_id, concurrency])
+    return slices, requests
 
 
 def first_round_vs_rest(path: Path, run_id: str) -> pd.DataFrame:

@@ -91,6 +91,25 @@ COLUMNS: dict[str, Column] = {
     "server_cores": Column("server CPU (cores)", "number", "%.2f"),
     "others_cpu_share": Column("other processes' CPU (of the machine)", "number", "percent"),
     "lag_limited": Column("send lag > 10 ms", "check"),
+    # the serving hosts' kernel counters (run --host-metrics), per level
+    "disk_read_bytes_per_output_token": Column("disk B / output token", "number", "%.0f"),
+    "disk_read_bytes_per_prompt_token": Column("disk B / prompt token", "number", "%.0f"),
+    "major_faults_per_output_token": Column("major faults / output token", "number", "%.4f"),
+    "table_bytes": Column("table size", "number", "bytes"),
+    "table_resident_bytes_start": Column("table resident at start", "number", "bytes"),
+    "table_resident_bytes_end": Column("table resident at end", "number", "bytes"),
+    "peak_rss_file_bytes": Column("peak RssFile", "number", "bytes"),
+    "peak_rss_shmem_bytes": Column("peak RssShmem", "number", "bytes"),
+    "peak_pinned_bytes": Column("peak pinned", "number", "bytes"),
+    "peak_locked_bytes": Column("peak locked", "number", "bytes"),
+    "io_stall_share": Column("I/O stall (PSI some)", "number", "percent"),
+    "disk_busy_share": Column("disk busy", "number", "percent"),
+    "disks": Column("disks"),
+    "device_read_bytes_per_output_token": Column("disk device B / output token (all "
+                                                 "processes)", "number", "%.0f"),
+    "host_major_faults_per_output_token": Column("host major faults / output token", "number",
+                                                 "%.4f"),
+    "missing": Column("why missing", width="large"),
     # multi-turn runs: per turn of the conversations
     "turn": Column("turn", "number", COUNT),
     "cached_share": Column("cached share", "number", "percent"),
@@ -147,6 +166,15 @@ USERS_LEVEL_COLUMNS = ("users", "passes", "within_noise", "steady_state", "duty_
     c for c in LEVEL_COLUMNS
     if c not in ("concurrency", "passes", "probe", *figure_names("rate", "explorer"))))
 
+# the serving hosts per level, beside the client's TTFT and TPOT
+HOST_COLUMNS = ("concurrency", "mean_ttft_ms", "mean_tpot_ms",
+                "disk_read_bytes_per_output_token", "disk_read_bytes_per_prompt_token",
+                "major_faults_per_output_token", "table_resident_bytes_start",
+                "table_resident_bytes_end", "table_bytes", "peak_rss_file_bytes",
+                "peak_rss_shmem_bytes", "peak_pinned_bytes", "peak_locked_bytes",
+                "io_stall_share", "disk_busy_share", "disks",
+                "device_read_bytes_per_output_token", "host_major_faults_per_output_token",
+                "source", "nodes", "missing")
 # a multi-turn run's turns: the context each turn sent and what the server had cached of it
 TURN_COLUMNS = ("concurrency", "users", "turn", "mean_prompt_tokens", "mean_cached_tokens",
                 "cached_share", "mean_ttft_ms", "mean_tps", "requests", "errors")

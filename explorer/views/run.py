@@ -1,8 +1,9 @@
 """One run: its verdict line, TTFT and TPS against C with the targets, the per-level table,
 distributions, first round against the rest, the server's Engram counters with the step-time
-breakdown, and the server's own metrics (/metrics) beside the client's TTFT. A rate run
-(`run --mode rate`) shows its sustainable request rate, TTFT and TPS against the rate and the
-send lag per rate level instead. A users run (`run --mode users`) is judged by its measured
+breakdown, the serving host's kernel counters (with host metrics) beside TTFT and TPOT and
+over a level's own time, and the server's own metrics (/metrics) beside the client's TTFT. A
+rate run (`run --mode rate`) shows its sustainable request rate, TTFT and TPS against the rate
+and the send lag per rate level instead. A users run (`run --mode users`) is judged by its measured
 Max users, beside the estimate from a closed run's Max C, with the duty cycle per level; a
 multi-turn run (`--turns N`) adds TTFT and cached tokens per turn against the context."""
 
@@ -251,6 +252,36 @@ def show_token_timing(path: Path, run_id: str, levels: pd.DataFrame, labels: dic
                         width="stretch")
 
 
+def show_host(path: Path, run_id: str, levels: pd.DataFrame) -> None:
+    """The serving hosts' kernel counters per level (`run --host-metrics`, or the agent a
+    started server gets) beside TTFT and TPOT, and a level's one-second slices on its own
+    time axis."""
+    host = data.host_levels(path, run_id, levels)
+    if host.empty:
+        return
+    st.subheader("The serving host per level")
+    st.caption("From each host's engram-bench agent (or node_exporter), scraped as the level "
+               "began, every second and as it ended. Disk bytes: what the server's process "
+               "tree caused to be read from storage (/proc/PID/io read_bytes: faults on the "
+               "table's mapping, readahead, O_DIRECT reads; not page-cache hits) over the "
+               "level, per output and per prompt token; residency: the table files' bytes in "
+               "the page cache at the level's start and end; I/O stall: PSI's share of the "
+               "level some task waited on I/O; disk busy: the disk's share of the level with "
+               "I/O in flight. Blank where a host has no such figure (a node_exporter has no "
+               "process tree); 'why missing' says where figures were lost.")
+    tables.show(host, tables.HOST_COLUMNS, pinned=("concurrency",))
+    ui.download("Host CSV", lambda: host, f"{run_id}_host.csv", len(host), "run_host")
+    level = st.selectbox("level", [int(c) for c in host["concurrency"]], key="host_level")
+    slices, requests = data.host_slices(path, run_id, level)
+    if slices.empty:
+        st.caption("No time slices for this level (no two scrapes of a host answered).")
+        return
+    st.plotly_chart(charts.host_timeline(slices, requests, level), width="stretch")
+    st.caption("Each slice spans two successive scrapes (about a second), placed on the "
+               "harness's clock: an agent on another host has its clock mapped over the "
+               "scrapes' round trips, as `run --ray` maps its load hosts'.")
+
+
 def show_turns(run_id: str, users: bool) -> None:
     """A multi-turn run: per level and turn, the context sent (prompt tokens), what the server
     had cached of it, TTFT and TPS, as a table and TTFT against the context length."""
@@ -386,6 +417,7 @@ else:
                 parts = breakdown_frame(stats)
                 if not parts.empty:
                     st.plotly_chart(charts.step_breakdown(parts), width="stretch")
+            show_host(path, run_id, levels)
             st.subheader("Server metrics per level")
             figures = data.server_figures(path, [run_id])
             if figures.empty:
