@@ -117,3 +117,14 @@ def test_the_timestamp_is_the_only_thing_that_varies(hostile_run):
     one = document.build([report], "", "A").html
     two = document.build([report], "", "B").html
     assert one != two and one.replace(">A<", ">B<") == two
+
+
+def test_two_runs_that_differ_only_in_placement_get_the_placement_verdict(sweep, tmp_path):
+    host = sweep(levels=(1, 2), rounds=2, output_tokens=8, table_placement="memory")
+    nvme = sweep(host.server, store=host.store, levels=(1, 2), rounds=2, output_tokens=8,
+                 table_placement="nvme")
+    out = tmp_path / "placement.html"
+    done = run_cli("report", host.run_id, nvme.run_id, "--db", str(host.store.path), "-o",
+                   str(out))
+    assert done.returncode == 0, done.stderr
+    assert "Placement verdict" in out.read_text()

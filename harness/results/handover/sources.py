@@ -13,10 +13,11 @@ from harness.records import RequestRecord
 from harness.results.handover import document
 from harness.results.handover.model import ReferencePoint, RunReport
 from harness.results.metrics import Targets, level_label
+from harness.results.placement import PlacementError
 from harness.results.run_row import RunRow
 from harness.results.stats_counters import level_counters
 from harness.results.store import Store
-from harness.results.stored_summary import stored_summary
+from harness.results.stored_summary import stored_summary, stored_verdict
 
 # a device profile's name -> the device the published runs name (results/reference/)
 PUBLISHED_DEVICES = {"spark": "dgx-spark", "rtx-pro-6000": "rtx-pro-6000", "b300": "dgx-b300"}
@@ -120,13 +121,30 @@ def build_report(runs: Sequence[tuple[Path, str]], targets: Targets) -> document
     library = plotly_js()
     reference = published()
     stores: dict[Path, Store] = {}
-    reports: list[RunReport] = []
+    reports: list[tuple[Store, RunReport]] = []
     for path, run_id in runs:
         store = stores.setdefault(path, Store(path, lock_timeout_s=10))
         report = run_report(store, run_id, targets, reference)
-        if all(r.run.run_id != report.run.run_id for r in reports):
-            reports.append(report)
-    return document.build(reports, library, generated_now())
+        if all(r.run.run_id != report.run.run_id for _, r in reports):
+            reports.append((store, report))
+    return document.build([r for _, r in reports], library, generated_now(),
+                          placement_paragraph(reports, targets))
+
+
+def placement_paragraph(reports: Sequence[tuple[Store, RunReport]], targets: Targets
+                        ) -> str | None:
+    """`compare`'s placement verdict (harness.results.placement) of two runs of one results
+    file that differ only in where the table is; None otherwise."""
+    if len(reports) != 2 or reports[0][0] is not reports[1][0]:
+        return None
+    (store, a), (_, b) = reports
+    if a.run.table_placement == b.run.table_placement:
+        return None
+    try:
+        found = stored_verdict(store, a.run.run_id, b.run.run_id, targets)
+    except PlacementError:
+        return None
+    return None if found.other_differences else found.paragraph
 
 
 def report_name(run_ids: Sequence[str]) -> str:
