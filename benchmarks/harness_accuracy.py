@@ -14,6 +14,10 @@ drift hits all alike):
 - `harness+scrape`: the harness with the server's Prometheus /metrics scraped every 0.5 s
   by its separate scraper process (bar off), as every run against a server with /metrics
   does by default;
+- `harness+host`: the same with `--host-metrics`, an `engram-bench agent` on the fake
+  server's process scraped every second by the same scraper process, as a run against a
+  real deployment's agents (or a server `run --device` started) does: its bias beside the
+  `harness+scrape` row's is what scraping the host costs the timing;
 - `harness-users`: the harness in `--mode users --profile chat` with C users (bar and scraper
   off): each user thinks ~3x the level's mean request between requests (seeded exponential), so the
   server sees ~C/4 of them at once; its TTFT bias has the harness's targets too;
@@ -89,12 +93,13 @@ from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
 BIAS_TARGET_MS = {1: 1.0, 8: 1.0, 32: 2.0, 128: 5.0}
-ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users", "harness+tokens",
+ARMS = ("harness", "harness+bar", "harness+scrape", "harness+host", "harness-users",
+        "harness+tokens",
         "harness-starved", "bar-thread", "httpx", "aiohttp")
 HOGS = 2  # busy processes beside the starved arm, on its core
 HOG_NICE = -15  # ... run at this priority where the benchmark may set it (as root)
 # the targets are the harness's; the rest is context
-HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape", "harness-users")
+HARNESS_ARMS = ("harness", "harness+bar", "harness+scrape", "harness+host", "harness-users")
 # rate mode: p99 send lag (actual - scheduled) at this many requests/s; other rates are context
 LAG_TARGET_RATE, LAG_TARGET_MS = 50.0, 2.0
 MODEL = "mock-model"
@@ -128,6 +133,15 @@ def _start_server(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
     assert proc.stdout is not None
     proc.stdout.readline()  # "listening on ..."
     return proc
+
+
+def _start_agent(pid: int) -> tuple[subprocess.Popen, str]:
+    """`engram-bench agent` on the fake server's process, on a free port; its URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "runners.host_agent", "--pid", str(pid),
+                             "--port", "0"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "engram-bench agent: serving http://...:PORT/metrics: ..."
+    return proc, line.split("serving ", 1)[1].split("/metrics", 1)[0] + "/metrics"
 
 
 @contextmanager
@@ -230,15 +244,18 @@ def _starved() -> Iterator[None]:
 
 async def _harness(url: str, c: int, args: argparse.Namespace, store: Store,
                    progress: LevelProgress, scrape: bool = False,
-                   users: bool = False, token_times: bool = False) -> Measured:
-    """One level through `execute`: C closed workers, or (users) C chat users."""
+                   users: bool = False, token_times: bool = False, host: str = "") -> Measured:
+    """One level through `execute`: C closed workers, or (users) C chat users; `host`: an
+    agent's URL to scrape as --host-metrics."""
     config = RunConfig(url=url, model=MODEL, levels=(c,), rounds=args.rounds,
                        output_tokens=args.tokens, warmup=4, server_metrics=scrape,
                        mode="users" if users else "closed", profile="chat" if users else "",
-                       token_times=token_times)
+                       token_times=token_times, host_metrics=(host,) if host else ())
     result = await execute(config, Endpoint(url), store, progress, new_run_id())
     if scrape:
         assert store.server_metrics(result.run_id), "the scraper stored no server metrics"
+    if host:
+        assert store.host_levels(result.run_id), "the scraper stored no host figures"
     outcome = result.outcomes[0]
     samples = [Sample(r.request_id, _sent_mono(r, result), r.ttft_ms, r.tps)
                for r in outcome.records if r.ok]
@@ -389,11 +406,13 @@ async def _measure(url: str, levels: tuple[int, ...], arms: tuple[str, ...],
         store.initialise()
         for i, c in enumerate(levels):
             for arm in arms[i % len(arms):] + arms[:i % len(arms)]:
-                if arm in ("harness", "harness+scrape", "harness-users", "harness+tokens"):
+                if arm in ("harness", "harness+scrape", "harness+host", "harness-users",
+                           "harness+tokens"):
                     m = await _harness(url, c, args, store, LevelProgress(enabled=False),
-                                       scrape=arm == "harness+scrape",
+                                       scrape=arm in ("harness+scrape", "harness+host"),
                                        users=arm == "harness-users",
-                                       token_times=arm == "harness+tokens")
+                                       token_times=arm == "harness+tokens",
+                                       host=args.agent_url if arm == "harness+host" else "")
                 elif arm == "harness-starved":
                     with _starved():
                         m = await _harness(url, c, args, store, LevelProgress(enabled=False))
@@ -459,13 +478,16 @@ def main() -> int:
     port = free_port()
     server = _start_server(port, args.ttft_ms, args.itl_ms)
     url = f"http://127.0.0.1:{port}/v1"
+    agent = _start_agent(server.pid) if "harness+host" in arms else None
+    args.agent_url = agent[1] if agent else ""
     try:
         with _terminal() as tty:
             measured, rated = aio.run(_measure_all(url, levels, arms, rates, args, tty))
         timings = {t["request_id"]: t for t in httpx.get(f"{url[:-3]}/mock/timings").json()}
     finally:
-        server.terminate()
-        server.wait(5)
+        for proc in (server, *(agent[:1] if agent else ())):
+            proc.terminate()
+            proc.wait(5)
 
     failed = _closed_table(levels, arms, measured, timings, args) if measured else False
     if rated:
@@ -497,6 +519,7 @@ def _closed_table(levels: tuple[int, ...], arms: tuple[str, ...],
                 print(f"     harness-starved at C={c}: the self-check did not flag the level")
                 failed = True
     _token_times_cost(levels, measured, timings)
+    _host_cost(levels, measured, timings)
     renderer = [(c, measured[c, "harness+bar"]) for c in levels if (c, "harness+bar") in measured]
     if renderer:
         print("harness+bar, the bar's own process (not in CPU/chunk above): " + ", ".join(
@@ -526,6 +549,22 @@ def _token_times_cost(levels: tuple[int, ...], measured: dict[tuple[int, str], M
         parts.append(f"C={c} bias {extra_bias:+.2f} ms, CPU/chunk {cpu:+.0%}")
     print("--token-times costs (harness+tokens - harness): " + "; ".join(parts)
           + " (targets: bias <= +0.3 ms, CPU/chunk <= +20%)")
+
+
+def _host_cost(levels: tuple[int, ...], measured: dict[tuple[int, str], Measured],
+               timings: dict) -> None:
+    """--host-metrics against the same run without it, both scraping the server: the TTFT
+    bias and CPU per chunk scraping the host added."""
+    pairs = [(c, measured[c, "harness+scrape"], measured[c, "harness+host"]) for c in levels
+             if (c, "harness+scrape") in measured and (c, "harness+host") in measured]
+    if not pairs:
+        return
+    parts = []
+    for c, plain, host in pairs:
+        extra_bias = _mean_bias(host, timings) - _mean_bias(plain, timings)
+        cpu = (host.cpu_s / max(host.chunks, 1)) / (plain.cpu_s / max(plain.chunks, 1)) - 1
+        parts.append(f"C={c} bias {extra_bias:+.2f} ms, CPU/chunk {cpu:+.0%}")
+    print("--host-metrics costs (harness+host - harness+scrape): " + "; ".join(parts))
 
 
 def _mean_bias(m: Measured, timings: dict) -> float:
