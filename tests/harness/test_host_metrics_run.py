@@ -84,7 +84,7 @@ def test_a_watched_process_that_ends_mid_run_loses_its_levels_and_the_run_goes_o
         with ThreadedMockServer(MockConfig(**FAST)) as server, agent(watched.pid) as url:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "engram_bench", "run", "--url", server.url, "--levels",
-                 "1,2", "--rounds", "10", "--host-metrics", url, "--db", str(db),
+                 "1,2,4", "--rounds", "10", "--host-metrics", url, "--db", str(db),
                  "--no-progress", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True, cwd=ROOT)
             wait_while_running(lambda: stored_rows(db) >= 2, proc, "a round was stored")
@@ -101,9 +101,9 @@ def test_a_watched_process_that_ends_mid_run_loses_its_levels_and_the_run_goes_o
     assert "the process tree the agent watches had ended before the level began" in \
         last["missing"]
     assert "Traceback" not in err
-    assert any(w.startswith("C=2: host figures missing: ") for w in summary["warnings"])
+    assert any(w.startswith("C=4: host figures missing: ") for w in summary["warnings"])
     stored = Store(db).host_levels(summary["run_id"])
-    assert stored[(2, None)][0][1].missing == last["missing"]
+    assert stored[(4, None)][0][1].missing == last["missing"]
 
 
 class _SkewedAgent(BaseHTTPRequestHandler):
@@ -149,8 +149,8 @@ def test_an_agents_clock_two_hours_ahead_is_mapped_onto_the_harness():
     assert figures.clock_offset_ms == pytest.approx(_SkewedAgent.SKEW_S * 1000,
                                                     abs=figures.round_trip_ms)
     assert len(slices) >= 2
-    # on the harness's clock: within the level, one after the other, about a second each
-    assert began - 1.0 < slices[0].started_at < began + 0.5
+    # on the harness's clock (not two hours ahead): within the level, one after the other
+    assert began - 5.0 < slices[0].started_at <= began
     assert all(a.started_at + a.width_s == pytest.approx(b.started_at, abs=1e-3)
                for a, b in itertools.pairwise(slices))
-    assert slices[-1].started_at + slices[-1].width_s < ended + 1.0
+    assert slices[-1].started_at + slices[-1].width_s < ended + 5.0
