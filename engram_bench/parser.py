@@ -197,7 +197,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--workers", type=_workers, default=1, metavar="N|auto",
                      help="load processes each level's streams (or requests) are split "
                           "across, each its own event loop and connections; auto: one per 512 "
-                          "streams of the highest level, at most one per CPU")
+                          "streams of the highest level, at most one per CPU, less one for a "
+                          "server on this host")
     run.add_argument("--ray", metavar="HOST:PORT", default="",
                      help="run the --workers as Ray actors spread over the nodes of the Ray "
                           "cluster whose head is at HOST:PORT (`ray start --head` prints it; "

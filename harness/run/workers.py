@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from harness.config import RunConfig
 from harness.records import RequestRecord
@@ -43,11 +44,14 @@ from harness.run.prompts import Prompts
 from harness.run.sweep import Sweep
 from harness.run.workload import TokenLine
 from harness.wire.client import Clock
-from harness.wire.endpoint import Endpoint
+from harness.wire.endpoint import Endpoint, is_loopback
 
 STREAMS_PER_WORKER = 512  # one loop times this many streams within a few ms, and splitting
 # them costs more than it gains (C=512 on 2 cores: +2.9 ms of TTFT bias in one loop, +7.1 ms
-# in two; C=1024: +35 ms in one, +15 ms in two); an open loop's requests/s alike
+# in two; C=1024: +35 ms in one, +15 ms in two); an open loop's requests/s alike. A server on
+# this host takes a CPU of its own: on 2 cores beside one, a second load process read first
+# tokens later at C=256 and 512 (+3.7 and +5.9 ms against +0.9 and +1.1), no sooner in all
+# at C=1024, and starved the server at C=2048 (+1.1 s of TTFT bias against +0.16 s)
 GO_MARGIN_NS = 5_000_000  # the start time sent is this far ahead: every worker has it by then
 _PARENT_CHECK_S = 0.5  # a worker whose parent died stops within this
 _JOIN_S = 2.0  # a worker told to stop gets this long to close its connections
@@ -56,7 +60,9 @@ _JOIN_S = 2.0  # a worker told to stop gets this long to close its connections
 def auto(config: RunConfig, cpus: int | None = None, where: str = "") -> tuple[int, str]:
     """`--workers auto`: one process per STREAMS_PER_WORKER streams of the run's highest
     level (an open loop's: per so many requests/s), at most one per CPU (this host's, or
-    `cpus` of a cluster, said as `where`); and why."""
+    `cpus` of a cluster, said as `where`) the server leaves: a server on this host (one the
+    run starts, or a loopback URL) keeps one of this host's CPUs; and why."""
+    beside = cpus is None and served_here(config)
     cpus = cpus or os.cpu_count() or 1
     if not modes.mode_for(config.mode).splits:
         return 1, f"--workers auto: 1 load process (mode {config.mode} runs in one)"
@@ -66,9 +72,16 @@ def auto(config: RunConfig, cpus: int | None = None, where: str = "") -> tuple[i
         mode = modes.mode_for(config.mode)
         peak = round(max(mode.levels(config), key=lambda lv: lv.rate or 0).rate or 0)
         what = f"up to {peak} requests/s"
-    count = max(1, min(cpus, -(-peak // STREAMS_PER_WORKER)))
+    count = max(1, min(cpus - 1 if beside else cpus, -(-peak // STREAMS_PER_WORKER)))
+    server = ", one of them the server's on this host" if beside else ""
     return count, (f"--workers auto: {count} load process{'es' if count > 1 else ''} "
-                   f"({what}, one per {STREAMS_PER_WORKER}, on {cpus} CPUs{where})")
+                   f"({what}, one per {STREAMS_PER_WORKER}, on {cpus} CPUs{where}{server})")
+
+
+def served_here(config: RunConfig) -> bool:
+    """Whether the target's server runs on this host: one the run starts (no URL yet), or a
+    loopback URL."""
+    return not config.url or is_loopback(urlsplit(config.url).hostname or "")
 
 
 class WorkerDied(RuntimeError):

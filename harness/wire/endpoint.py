@@ -125,7 +125,7 @@ def check_proxies(endpoint: Endpoint, environ: Mapping[str, str]) -> None:
     The variables are those curl and httpx read for the URL's scheme, in either case:
     HTTP_PROXY or HTTPS_PROXY, then ALL_PROXY; NO_PROXY exempts hosts as they do.
     """
-    if _is_loopback(endpoint.host):
+    if is_loopback(endpoint.host):
         return
     scheme = "https" if endpoint.tls else "http"
     names = (f"{scheme}_proxy", "all_proxy")
@@ -141,7 +141,7 @@ def check_proxies(endpoint: Endpoint, environ: Mapping[str, str]) -> None:
     )
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
