@@ -1,13 +1,15 @@
 """A fake OpenAI-compatible streaming server for tests and the harness accuracy benchmark.
 
-Knobs: ttft_ms, itl_ms, tokens per chunk, output tokens, usage on/off, reasoning or tool-call
-deltas, keep-alive comments and request limit, faults (HTTP 500/429, drop mid-stream, malformed
-or error event, stall, a JSON 200, a close on receipt). It serves HTTP or TLS, IPv4 or IPv6,
-one port from several processes (`--reuse-port`, each its log at a `--control-port`). It logs
-per request when it read the body and wrote the first and last token (`time.perf_counter`, the
-harness's monotonic clock), the tokens it sent, the prompt tokens it counted (word by word, or
-with `--tokenizer FILE`, on its loop or with `--count-off-loop` in a thread), the sampling
-fields and (`--log-prompts`) the prompt's texts, served at GET /mock/timings.
+Knobs: ttft_ms, itl_ms, tokens per chunk, output tokens, usage on/off, reasoning (the first N
+tokens as `reasoning_content` or `reasoning` deltas, counted in usage) or tool-call deltas,
+keep-alive comments and request limit, faults (HTTP 500/429, drop mid-stream, malformed or
+error event, stall, a JSON 200, a close on receipt). It serves HTTP or TLS, IPv4 or IPv6, one
+port from several processes (`--reuse-port`, each its log at a `--control-port`). It logs per
+request when it read the body and wrote the first token, the first answer token and the last
+(`time.perf_counter`, the harness's monotonic clock), the tokens it sent (and of them the
+reasoning tokens), the prompt tokens it counted (word by word, or with `--tokenizer FILE`, on
+its loop or with `--count-off-loop` in a thread), the sampling fields and (`--log-prompts`) the
+prompt's texts, served at GET /mock/timings.
 
 Run it alone: `python -m harness.mock_server --port 8100 --ttft-ms 150 --itl-ms 8`.
 """
@@ -31,6 +33,7 @@ from typing import Any
 
 from harness.run import aio
 
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 FAULTS = ("none", "http_500", "http_429", "drop", "malformed", "stream_error", "stall", "not_sse",
           "close_on_receipt")
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -57,7 +60,11 @@ class MockConfig:
     # draft proposed tokens_per_chunk tokens and had all but the last accepted
     output_tokens: int | None = None  # None: honour max_tokens
     usage: bool = True
-    reasoning_tokens: int = 0  # the first N tokens arrive as reasoning_content
+    reasoning_tokens: int = 0  # chat: the first N tokens arrive as reasoning deltas, and
+    # usage.completion_tokens_details.reasoning_tokens counts them; a request whose max_tokens
+    # ends inside them never answers
+    reasoning_field: str = "reasoning_content"  # the delta's field: vLLM's and SGLang's name,
+    # or "reasoning" as newer vLLM streams it
     tool_calls: bool = False  # chat: tokens arrive as tool-call argument deltas, no content
     keepalive_comments: bool = False
     fault: str = "none"
@@ -84,6 +91,11 @@ class MockConfig:
             raise ValueError(f"fault {self.fault!r} is not one of {', '.join(FAULTS)}")
         if self.tokens_per_chunk < 1 or self.fault_every < 1:
             raise ValueError("tokens_per_chunk and fault_every must be at least 1")
+        if self.reasoning_field not in REASONING_FIELDS:
+            raise ValueError(f"reasoning_field {self.reasoning_field!r} is not one of "
+                             f"{', '.join(REASONING_FIELDS)}")
+        if self.reasoning_tokens < 0:
+            raise ValueError("reasoning_tokens must be at least 0")
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens",
@@ -128,8 +140,11 @@ class Timing:
     request_id: str
     body_read: float
     first_write: float | None = None
+    first_answer_write: float | None = None  # the first token that is not reasoning; None
+    # when the request only reasoned (its max_tokens ended inside the reasoning)
     last_write: float | None = None
     tokens: int = 0
+    reasoning_tokens: int = 0  # of `tokens`, those sent as reasoning deltas
     prompt_tokens: int = 0  # as this server counted them (its `usage.prompt_tokens`)
     sampling: dict[str, object] | None = None  # the sampling fields the request gave
     chunk_writes: list[tuple[float, int]] | None = None  # log_chunks: (time, tokens) each
@@ -326,7 +341,12 @@ class MockServer:
             await asyncio.sleep((cfg.ttft_ms + cfg.itl_ms * (n_tokens - 1)) / 1000)
             timing.first_write = timing.last_write = time.perf_counter()
             timing.tokens = n_tokens
-            return _send_json(writer, 200, _final_object(chat, cfg.model, n_tokens, prompt_tokens))
+            timing.reasoning_tokens = min(cfg.reasoning_tokens, n_tokens) if chat else 0
+            if timing.reasoning_tokens < n_tokens:
+                timing.first_answer_write = timing.first_write
+            return _send_json(writer, 200, _final_object(
+                chat, cfg.model, n_tokens, prompt_tokens, timing.reasoning_tokens,
+                cfg.reasoning_field))
         return await self._stream(writer, cfg, req, timing, fault, chat, n_tokens, cached)
 
     def _pick_fault(self, headers: dict[str, str]) -> str:
@@ -353,7 +373,8 @@ class MockServer:
             timing.chunk_writes = []
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
-        frame = _ChunkFramer(chat, cfg.model, cfg.tool_calls)
+        frame = _ChunkFramer(chat, cfg.model, cfg.tool_calls, cfg.reasoning_field)
+        reasoning_tokens = min(cfg.reasoning_tokens, n_tokens) if chat else 0
         if cfg.keepalive_comments:
             writer.write(_chunk(b": ping\n\n"))
         next_t = body_read + cfg.ttft_ms * (self.in_flight if cfg.shared_prefill else 1) / 1000
@@ -371,10 +392,14 @@ class MockServer:
                 await asyncio.sleep(delay)
             if writer.is_closing():
                 return False
-            k = min(cfg.tokens_per_chunk, n_tokens - sent)
-            reasoning = sent < cfg.reasoning_tokens
-            usage = frame.usage_object(prompt_tokens, sent + k, None) if chunk_usage else None
-            data = _chunk(frame.delta(" tok" * k, reasoning, first=sent == 0, usage=usage))
+            reasoning = sent < reasoning_tokens
+            # a chunk never mixes reasoning and answer: the last reasoning chunk may be short
+            k = min(cfg.tokens_per_chunk, (reasoning_tokens if reasoning else n_tokens) - sent)
+            usage = (frame.usage_object(prompt_tokens, sent + k, None,
+                                        min(sent + k, reasoning_tokens))
+                     if chunk_usage else None)
+            data = _chunk(frame.delta(" tok" * k, reasoning, first=sent == reasoning_tokens,
+                                      usage=usage))
             now = time.perf_counter()  # taken before the write: the token leaves from here
             writer.write(data)
             if timing.chunk_writes is not None:
@@ -387,6 +412,10 @@ class MockServer:
                 timing.first_write = now
                 if cfg.keepalive_comments:
                     writer.write(_chunk(b": keep-alive\n\n"))
+            if reasoning:
+                timing.reasoning_tokens += k
+            elif timing.first_answer_write is None:
+                timing.first_answer_write = now
             timing.last_write = now
             sent += k
             n_chunks += 1
@@ -395,7 +424,7 @@ class MockServer:
             next_t += chunk_s * (self.in_flight if cfg.shared_decode else 1)
         writer.write(_chunk(frame.finish()))
         if include_usage:
-            writer.write(_chunk(frame.usage(prompt_tokens, n_tokens, cached)))
+            writer.write(_chunk(frame.usage(prompt_tokens, n_tokens, cached, reasoning_tokens)))
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
         return True
@@ -422,19 +451,21 @@ class MockServer:
 class _ChunkFramer:
     """Builds chunk events the way vLLM and SGLang shape them."""
 
-    def __init__(self, chat: bool, model: str, tool_calls: bool = False) -> None:
+    def __init__(self, chat: bool, model: str, tool_calls: bool = False,
+                 reasoning_field: str = "reasoning_content") -> None:
         self.chat = chat
         self.tool_calls = chat and tool_calls
+        self.reasoning_field = reasoning_field
         kind = "chat.completion.chunk" if chat else "text_completion"
         self.head = f'{{"id":"cmpl-mock","object":"{kind}","created":0,"model":"{model}",'
 
     def delta(self, text: str, reasoning: bool, first: bool = False,
               usage: str | None = None) -> bytes:
-        if self.tool_calls:
+        if self.tool_calls and not reasoning:
             choice = json.dumps({"index": 0, "delta": {"tool_calls": [_tool_call(text, first)]},
                                  "finish_reason": None})
         elif self.chat:
-            key = "reasoning_content" if reasoning else "content"
+            key = self.reasoning_field if reasoning else "content"
             choice = f'{{"index":0,"delta":{{"{key}":"{text}"}},"finish_reason":null}}'
         else:
             choice = f'{{"index":0,"text":"{text}","finish_reason":null}}'
@@ -449,15 +480,19 @@ class _ChunkFramer:
 
     @staticmethod
     def usage_object(prompt_tokens: int, completion_tokens: int,
-                     cached_tokens: int | None = None) -> str:
+                     cached_tokens: int | None = None, reasoning_tokens: int = 0) -> str:
+        """`reasoning_tokens` (of the completion tokens) as OpenAI reports them, when any."""
         details = ("" if cached_tokens is None
                    else f',"prompt_tokens_details":{{"cached_tokens":{cached_tokens}}}')
+        if reasoning_tokens:
+            details += f',"completion_tokens_details":{{"reasoning_tokens":{reasoning_tokens}}}'
         return (f'{{"prompt_tokens":{prompt_tokens},"completion_tokens":{completion_tokens},'
                 f'"total_tokens":{prompt_tokens + completion_tokens}{details}}}')
 
     def usage(self, prompt_tokens: int, completion_tokens: int,
-              cached_tokens: int | None = None) -> bytes:
-        usage = self.usage_object(prompt_tokens, completion_tokens, cached_tokens)
+              cached_tokens: int | None = None, reasoning_tokens: int = 0) -> bytes:
+        usage = self.usage_object(prompt_tokens, completion_tokens, cached_tokens,
+                                  reasoning_tokens)
         return f'data: {self.head}"choices":[],"usage":{usage}}}\n\n'.encode()
 
 
@@ -470,13 +505,20 @@ def _tool_call(arguments: str, first: bool) -> dict:
     return call
 
 
-def _final_object(chat: bool, model: str, n: int, prompt_tokens: int) -> dict:
-    text = " tok" * n
-    choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
-              else {"index": 0, "text": text})
+def _final_object(chat: bool, model: str, n: int, prompt_tokens: int,
+                  reasoning_tokens: int = 0, reasoning_field: str = "reasoning_content") -> dict:
+    """The whole answer as one body; chat's first `reasoning_tokens` in the reasoning field."""
+    text = " tok" * (n - reasoning_tokens)
+    message: dict[str, object] = {"role": "assistant", "content": text}
+    if reasoning_tokens:
+        message[reasoning_field] = " tok" * reasoning_tokens
+    choice: dict[str, object] = ({"index": 0, "message": message} if chat
+                                 else {"index": 0, "text": text})
     choice["finish_reason"] = "length"
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-             "total_tokens": prompt_tokens + n}
+    usage: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                                "total_tokens": prompt_tokens + n}
+    if reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return {"id": "cmpl-mock", "model": model, "choices": [choice], "usage": usage}
 
 
@@ -577,7 +619,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             parser.add_argument(flag, type=type(f.default), default=f.default)
     args = parser.parse_args(argv)
-    config = MockConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MockConfig)})
+    try:
+        config = MockConfig(**{f.name: getattr(args, f.name)
+                               for f in dataclasses.fields(MockConfig)})
+    except ValueError as exc:  # a knob out of its range: one sentence, exit 2
+        parser.exit(2, f"{exc}\n")
 
     async def serve() -> None:
         server = MockServer(config)
