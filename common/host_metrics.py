@@ -102,3 +102,8 @@ PRESSURE: Final = {
 }
 """PSI (/proc/pressure/io and memory): time some, or all, non-idle tasks were stalled on the
 resource; absent where the kernel has no PSI."""
+
+# The table's start state (`engram-bench agent`'s POST /table/drop, `run --table-state cold`)
+COLD_SHARE: Final = 0.02
+"""At most this share of the table's bytes resident after a drop, or at a level's start: the
+table is cold. More means another process maps or locks its pages, and cold is not claimed."""

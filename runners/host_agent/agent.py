@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from common.proc_tree import matching, read_stat
-from runners.host_agent import residency, tables
+from runners.host_agent import residency, table_state, tables
 from runners.host_agent.collector import HostCollector
 from runners.host_agent.processes import TreeReader
 from runners.host_agent.server import MetricsServer
@@ -65,7 +66,26 @@ class Agent:
         self.tables = tables.Tables(paths, self.method)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(HostCollector(self.tree, self.tables))
-        self.server = MetricsServer(registry, config.host, config.port)
+        self.server = MetricsServer(registry, config.host, config.port, self.control)
+        self._state_lock = threading.Lock()  # one drop or warm at a time
+
+    def control(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, object]]:
+        """POST /table/drop or /table/warm[?budget_bytes=N] on the --table files: (HTTP
+        status, JSON answer); 409 for an agent given no table, 400 for a bad budget."""
+        if path not in ("/table/drop", "/table/warm"):
+            return 404, {"error": f"no such action: {path}"}
+        if not self.tables.paths:
+            return 409, {"error": "the agent was started without --table, so it has no table "
+                                  "files to drop or warm"}
+        budget: int | None = None
+        if path == "/table/warm" and (given := query.get("budget_bytes")):
+            if not given[0].isdigit():
+                return 400, {"error": f"budget_bytes must be a whole number, not {given[0]!r}"}
+            budget = int(given[0])
+        with self._state_lock:
+            result = (table_state.drop(self.tables.sample) if path == "/table/drop"
+                      else table_state.warm(self.tables.sample, budget))
+        return 200, result.to_json()
 
     def banner(self) -> list[str]:
         """What is served and watched, a line, then a warning line for each figure that

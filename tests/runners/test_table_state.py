@@ -1,0 +1,134 @@
+"""The agent sets the table's start state on the files it was given: POST /table/drop leaves
+them cold (the test's own mincore agrees), /table/warm reads them in up to a budget, and a
+drop that pages another process holds mapped and locked defeat says so and is not cold."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.host_agent import block_devices
+from tests.runners.test_host_agent import PAGE, _agent, _line, _resident_pages, _table
+
+PAGES = 256
+
+# Maps the file shared and read-only, locks every page of it (mlock faults them in), says
+# "locked" (or why not), then waits for stdin to close.
+LOCKER = textwrap.dedent("""
+    import ctypes, ctypes.util, mmap, os, sys
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    libc.mlock.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if libc.mlock(address, size) != 0:
+        print("mlock failed:", os.strerror(ctypes.get_errno()), flush=True)
+    else:
+        print("locked", flush=True)
+    sys.stdin.read()
+""")
+
+
+def _post(url: str, path: str) -> tuple[int, dict]:
+    request = urllib.request.Request(url.replace("/metrics", path), method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        return exc.code, json.loads(body) if body.startswith(b"{") else {}
+
+
+def _on_disk(folder: Path) -> None:
+    if block_devices.disk_of(os.stat(folder).st_dev) is None:
+        pytest.skip(f"{folder} is on no block device (tmpfs?): its pages cannot be dropped")
+
+
+def _read_all(path: Path) -> None:
+    with open(path, "rb") as f:
+        while f.read(1 << 20):
+            pass
+
+
+@contextlib.contextmanager
+def _locker(table: Path) -> Iterator[None]:
+    proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(table)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, bufsize=0)
+    try:
+        said = _line(proc)
+        if said != "locked":
+            pytest.skip(f"the helper could not lock the file: {said}")
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_drop_leaves_the_table_cold_and_warm_reads_it_in_up_to_the_budget(tmp_path):
+    _on_disk(tmp_path)
+    table = _table(tmp_path, PAGES)
+    _read_all(table)
+    with _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+        assert _resident_pages(table) == PAGES
+        status, dropped = _post(url, "/table/drop")
+        assert status == 200, dropped
+        assert dropped["action"] == "drop" and dropped["cold"] is True and dropped["note"] is None
+        assert dropped["resident_before_bytes"] == PAGES * PAGE
+        own = _resident_pages(table)
+        assert own <= 0.02 * PAGES and dropped["resident_after_bytes"] <= 0.02 * PAGES * PAGE
+        status, warmed = _post(url, f"/table/warm?budget_bytes={64 * PAGE}")
+        assert status == 200, warmed
+        assert warmed["read_bytes"] == 64 * PAGE and "budget" in warmed["note"]
+        assert _resident_pages(table) >= 64 and warmed["resident_after_bytes"] >= 64 * PAGE
+        status, whole = _post(url, "/table/warm")
+        assert status == 200 and whole["read_bytes"] == PAGES * PAGE and whole["note"] is None
+        assert _resident_pages(table) == PAGES
+
+
+def test_a_drop_that_locked_pages_defeat_says_so_and_is_not_cold(tmp_path):
+    _on_disk(tmp_path)
+    table = _table(tmp_path, PAGES)
+    with _locker(table), _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+        assert _resident_pages(table) == PAGES  # mlock read the whole file in
+        status, dropped = _post(url, "/table/drop")
+        assert status == 200, dropped
+        assert dropped["cold"] is False
+        assert dropped["resident_after_bytes"] == PAGES * PAGE == dropped["table_bytes"]
+        assert "not cold" in dropped["note"] and "locks" in dropped["note"]
+        assert _resident_pages(table) == PAGES  # the test's own mincore: still all there
+
+
+def test_an_agent_without_a_table_refuses_to_set_its_state(tmp_path):
+    with _agent("--pid", str(os.getpid())) as (url, _):
+        for action in ("/table/drop", "/table/warm"):
+            status, answer = _post(url, action)
+            assert status == 409 and "without --table" in answer["error"]
+
+
+def test_the_agent_acts_on_no_path_a_request_names(tmp_path):
+    _on_disk(tmp_path)
+    (tmp_path / "given").mkdir()
+    (tmp_path / "other").mkdir()
+    table, other = _table(tmp_path / "given", 4), _table(tmp_path / "other", 4)
+    _read_all(other)
+    with _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+        status, dropped = _post(url, f"/table/drop?path={other}")
+        assert status == 200 and dropped["files"] == 1
+        assert _resident_pages(other) == 4
+        assert _post(url, "/table/../metrics")[0] == 404
+        assert _post(url, "/metrics")[0] == 404
+        status, answer = _post(url, "/table/warm?budget_bytes=-1")
+        assert status == 400 and "whole number" in answer["error"]
