@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from common.help_format import DefaultsHelp
+from runners.engram.protocol import REASONING_FIELDS
 from runners.profiles import PROFILES, UnknownDevice, profile
 
 
@@ -57,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "and last token written, finished (time.monotonic() seconds, the clock "
                         "of perf_counter), token counts, status, the sampling fields received, "
                         "the client's X-Request-Id (default: no log)")
+    p.add_argument("--reasoning-tokens", type=int, default=0, metavar="N",
+                   help="stream a chat's first N generated tokens as reasoning, counted in "
+                        "usage.completion_tokens_details.reasoning_tokens and in /metrics' "
+                        "engram_reasoning_tokens_total, as a reasoning model thinks before "
+                        "its answer; a max_tokens of N or less never answers")
+    p.add_argument("--reasoning-field", choices=REASONING_FIELDS, default=REASONING_FIELDS[0],
+                   help="the delta field reasoning streams in: reasoning_content (vLLM, "
+                        "SGLang) or reasoning (newer vLLM)")
     p.add_argument("--threads", type=int,
                    help="CPU compute threads (default: all cores but one, which is left to the "
                         "HTTP loop, the table gathers and a load generator on the same host)")
@@ -90,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             prefetch=not args.no_prefetch, request_log=args.request_log,
             device_profile=prof.name, kv_pool_gib=args.kv_pool_gb,
             prefix_caching=not args.no_prefix_caching,
+            reasoning_tokens=args.reasoning_tokens, reasoning_field=args.reasoning_field,
         )
         runtime = Runtime(options)
     except (ServerConfigError, OSError) as exc:

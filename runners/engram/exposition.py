@@ -66,6 +66,7 @@ COUNTERS: dict[str, str] = {
     "blockdev_busy_ms": "time the table's block device had any I/O in flight (sysfs)",
     "requests_finished": "requests finished",
     "requests_cancelled": "requests cancelled by their client",
+    "reasoning_tokens": "generated tokens sent as reasoning deltas (--reasoning-tokens)",
     "prefix_cache_queries": "prompt tokens looked up in the prefix cache",
     "prefix_cache_hits": "prompt tokens found in the prefix cache",
     "preemptions": "requests preempted for KV blocks, to be prefilled again",

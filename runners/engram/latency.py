@@ -41,6 +41,7 @@ class RequestTimes:
     received: float
     admitted: float | None = None  # its prefill step began (set on the engine thread)
     first_token: float | None = None
+    first_answer: float | None = None  # first content that is not reasoning (--reasoning-tokens)
     last_token: float | None = None
     finished: float | None = None
 

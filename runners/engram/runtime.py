@@ -17,6 +17,7 @@ from runners.engram.exposition import exposition
 from runners.engram.geometry import EngramGeometry
 from runners.engram.kv_blocks import BLOCK_SIZE, blocks_for
 from runners.engram.model import kv_bytes_per_token, load_model
+from runners.engram.protocol import REASONING_FIELDS
 from runners.engram.request_log import RequestLog
 from runners.engram.serving import Serving
 from runners.engram.stats import ServerStats
@@ -63,6 +64,8 @@ class ServerOptions:
     device_profile: str | None = None  # its published KV pool figures size the pool
     kv_pool_gib: float | None = None  # explicit KV pool size (overrides the device's)
     prefix_caching: bool = True
+    reasoning_tokens: int = 0  # a chat's first tokens sent as reasoning (serving.py)
+    reasoning_field: str = "reasoning_content"
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -73,6 +76,11 @@ class ServerOptions:
             raise ServerConfigError("--table-size-gb must be positive")
         if self.max_running < 1:
             raise ServerConfigError("max running requests must be at least 1")
+        if self.reasoning_tokens < 0:
+            raise ServerConfigError("--reasoning-tokens must be 0 or more")
+        if self.reasoning_field not in REASONING_FIELDS:
+            raise ServerConfigError(f"--reasoning-field must be one of "
+                                    f"{', '.join(REASONING_FIELDS)}")
         if not 0 < self.cache_ratio <= 1:
             raise ServerConfigError(f"--cache-ratio must be in (0, 1], not {self.cache_ratio:g}")
         if self.page_cache_gib is not None and self.page_cache_gib <= 0:
@@ -158,7 +166,8 @@ class Runtime:
                              options.max_running, options.max_waiting, options.prefetch,
                              options.decode, kv_blocks=self.kv_pool_bytes // block_bytes,
                              prefix_caching=options.prefix_caching)
-        self.serving = Serving(self.engine, self.tokenizer, self.cfg.name, self.request_log)
+        self.serving = Serving(self.engine, self.tokenizer, self.cfg.name, self.request_log,
+                               options.reasoning_tokens, options.reasoning_field)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self._block_stat = os_io.block_stat_path(str(self.table.path))
         self._started = time.monotonic()
@@ -303,6 +312,7 @@ class Runtime:
             "running_requests": self.engine.running,
             "requests_finished": e.requests_finished,
             "requests_cancelled": e.requests_cancelled,
+            "reasoning_tokens": self.serving.reasoning_tokens_sent,
             "latency_histograms": self.serving.latency.snapshot(),
         }
 

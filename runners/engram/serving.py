@@ -1,8 +1,11 @@
 """OpenAI completions over the engine: request -> Sequence, tokens -> SSE chunks or a body.
 
 Each accepted request is timed on the monotonic clock: received (parsed), admitted (its
-prefill step scheduled), first and last content handed to the HTTP layer (streamed: as the
-chunk is yielded; not streamed: as the text arrives for the body), finished. The times feed
+prefill step scheduled), first content, first answer content and last content handed to the
+HTTP layer (streamed: as the chunk is yielded; not streamed: as the text arrives for the
+body), finished. With `reasoning_tokens` a chat's first tokens are sent as reasoning (the
+field vLLM and SGLang stream, `reasoning_content`, or newer vLLM's `reasoning`) and counted
+in usage, as a reasoning model's thinking would be. The times feed
 the vLLM-named histograms (latency.py) and, with --request-log, one JSON line per request.
 """
 
@@ -29,6 +32,7 @@ _ids = itertools.count()
 class Piece:
     text: str
     finish_reason: str | None
+    reasoning_tokens: int = 0  # tokens behind `text` sent as reasoning (then all of them are)
 
 
 @dataclass(slots=True)
@@ -41,6 +45,7 @@ class Call:
     times: RequestTimes
     x_request_id: str | None
     finish_reason: str | None = None  # None at the end: the client went away
+    reasoning_tokens: int = 0  # of its output, the tokens that went out as reasoning
 
     @property
     def status(self) -> str:
@@ -64,8 +69,14 @@ async def off_loop_if_long(chars: int, tokenize: Callable[[], list[int]]) -> lis
 
 class Serving:
     def __init__(self, engine: Engine, tokenizer: EngramTokenizer, model_name: str,
-                 request_log: RequestLog | None = None) -> None:
+                 request_log: RequestLog | None = None, reasoning_tokens: int = 0,
+                 reasoning_field: str = "reasoning_content") -> None:
+        """`reasoning_tokens`: a chat's first tokens up to this many are sent as reasoning in
+        `reasoning_field` (the completions route has no such field: all text there)."""
         self.engine = engine
+        self.reasoning_limit = reasoning_tokens
+        self.reasoning_field = reasoning_field
+        self.reasoning_tokens_sent = 0  # the counter /metrics exports
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.max_seq = engine.cfg.max_seq
@@ -144,9 +155,11 @@ class Serving:
     async def pieces(self, call: Call) -> AsyncIterator[Piece]:
         """Text deltas as the engine produces them; cancels the sequence if abandoned."""
         seq, queue, stops = call.seq, call.queue, call.req.stop_strings
+        limit = self.reasoning_limit if isinstance(call.req, ChatRequest) else 0
         decoder = StreamDecoder(self.tokenizer)
         text = ""
         finished = False
+        held = 0  # reasoning tokens whose text the decoder still holds (a partial character)
         try:
             while not finished:
                 token, reason = await queue.get()
@@ -154,6 +167,8 @@ class Serving:
                 if reason == "error":
                     raise APIError(500, "the engine failed while generating this request",
                                    code="engine_error")
+                if token is not None and call.reasoning_tokens + held < limit:
+                    held += 1
                 delta = decoder.push(token) if token is not None else ""
                 if stops and delta:
                     text += delta
@@ -163,19 +178,29 @@ class Serving:
                         reason = call.finish_reason = "stop"
                 finished = reason is not None
                 if delta or finished:
-                    yield Piece(delta, reason)
+                    call.reasoning_tokens += held
+                    yield Piece(delta, reason, held)
+                    held = 0
         finally:
             if seq.finish_reason is None:
                 self.engine.cancel(seq)
 
-    def usage(self, seq: Sequence) -> dict:
-        return {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
-                "total_tokens": seq.length,
-                "prompt_tokens_details": {"cached_tokens": seq.cached_tokens}}
+    def usage(self, call: Call) -> dict:
+        seq = call.seq
+        usage = {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
+                 "total_tokens": seq.length,
+                 "prompt_tokens_details": {"cached_tokens": seq.cached_tokens}}
+        if self.reasoning_limit and isinstance(call.req, ChatRequest):
+            usage["completion_tokens_details"] = {"reasoning_tokens": call.reasoning_tokens}
+        return usage
 
     def _written(self, call: Call, piece: Piece) -> None:
+        self.reasoning_tokens_sent += piece.reasoning_tokens
         if piece.text:
-            self.latency.token(call.times, time.monotonic())
+            now = time.monotonic()
+            self.latency.token(call.times, now)
+            if not piece.reasoning_tokens and call.times.first_answer is None:
+                call.times.first_answer = now
 
     def _finish(self, call: Call) -> None:
         self.latency.finish(call.times, time.monotonic())
@@ -184,8 +209,10 @@ class Serving:
             self.request_log.write({
                 "request_id": seq.request_id, "x_request_id": call.x_request_id,
                 "received": t.received, "admitted": t.admitted, "first_token": t.first_token,
-                "last_token": t.last_token, "finished": t.finished,
+                "first_answer": t.first_answer, "last_token": t.last_token,
+                "finished": t.finished,
                 "prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
+                "reasoning_tokens": call.reasoning_tokens,
                 "cached_tokens": seq.cached_tokens, "status": call.status,
                 "finish_reason": call.finish_reason,
                 "sampling": {"temperature": call.req.temperature, "top_p": call.req.top_p,
@@ -216,12 +243,12 @@ class Serving:
                         role = False
                         yield event({"index": 0, "delta": {"role": "assistant", "content": ""},
                                      "finish_reason": None})
-                    chunk = self._chunk(event, chat, piece,
-                                        self.usage(seq) if per_chunk else None)
+                    chunk = self._chunk(event, chat, piece, self.reasoning_field,
+                                        self.usage(call) if per_chunk else None)
                     self._written(call, piece)
                     yield chunk
                 if req.include_usage:
-                    yield event(None, self.usage(seq))
+                    yield event(None, self.usage(call))
             except APIError as exc:  # headers are sent: the error goes into the stream
                 yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
@@ -230,29 +257,35 @@ class Serving:
 
     @staticmethod
     def _chunk(event: Callable[[dict | None, dict | None], bytes], chat: bool, piece: Piece,
-               usage: dict | None) -> bytes:
+               reasoning_field: str, usage: dict | None) -> bytes:
         choice: dict = {"index": 0, "finish_reason": piece.finish_reason}
         if chat:
-            choice["delta"] = {"content": piece.text} if piece.text else {}
+            field = reasoning_field if piece.reasoning_tokens else "content"
+            choice["delta"] = {field: piece.text} if piece.text else {}
         else:
             choice["text"] = piece.text
         return event(choice, usage)
 
     async def complete(self, call: Call) -> dict:
         req, seq = call.req, call.seq
-        text = ""
+        text = reasoning = ""
         try:
             async for piece in self.pieces(call):
                 self._written(call, piece)
-                text += piece.text
+                if piece.reasoning_tokens:
+                    reasoning += piece.text
+                else:
+                    text += piece.text
         finally:
             self._finish(call)
         chat = isinstance(req, ChatRequest)
         choice: dict = {"index": 0, "finish_reason": call.finish_reason}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
+            if call.reasoning_tokens:
+                choice["message"][self.reasoning_field] = reasoning
         else:
             choice["text"] = text
         return {"id": seq.request_id, "object": "chat.completion" if chat else "text_completion",
                 "created": int(time.time()), "model": self.model_name, "choices": [choice],
-                "usage": self.usage(seq)}
+                "usage": self.usage(call)}

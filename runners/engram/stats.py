@@ -107,4 +107,5 @@ class ServerStats(TableCountersDict, ResidencyDict, KVDict):
     running_requests: int
     requests_finished: int
     requests_cancelled: int
+    reasoning_tokens: int  # tokens sent as reasoning (--reasoning-tokens), since the start
     latency_histograms: dict[str, HistogramDict]
