@@ -76,6 +76,9 @@ class RequestRecord:
     chunk_offsets_ns: list[int] | None = field(default=None, repr=False)
     chunk_tokens: list[int] | None = field(default=None, repr=False)
     reply: str | None = field(default=None, repr=False)  # `--turns`: the answer (not stored)
+    # the declared per-request figures (harness.results.request_figures), by column name: set
+    # once as the request ends
+    figures: dict[str, float | int | str | bool | None] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

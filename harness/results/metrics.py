@@ -15,6 +15,7 @@ from harness.records import RequestRecord
 from harness.results.figure import Figure, Group, figure
 from harness.results.goodput import Slo, goodput
 from harness.results.quantiles import busy_seconds, mean, quantile
+from harness.results.request_figures import Value, level_figures, level_values
 from harness.results.send_lag import SendLag, send_lag
 from harness.results.token_timing import pooled_itl
 
@@ -102,10 +103,22 @@ class LevelStats:
                                       group="trace"))
     mean_cached_tokens: float | None = field(
         default=None, metadata=figure("cached tokens", header="cached tok", group="trace"))
+    # the declared per-request figures' statistics, by level name ("p90_ttfo_ms"): their
+    # names, types and where they show are declared in harness.results.request_figures
+    declared: dict[str, Value] = field(default_factory=dict)
+
+    def value(self, name: str) -> object:
+        """A figure by its level name, a field's or a declared one's."""
+        return self.declared.get(name) if name in DECLARED_FIGURES else getattr(self, name)
 
 
-# Every LevelStats field's declaration, in field order.
-LEVEL_FIGURES: dict[str, Figure] = {f.name: f.metadata["figure"] for f in fields(LevelStats)}
+# The declared per-request figures' level statistics (harness.results.request_figures).
+DECLARED_FIGURES: dict[str, Figure] = level_figures()
+# Every LevelStats field's declaration, in field order, then the declared figures'.
+LEVEL_FIGURES: dict[str, Figure] = {
+    **{f.name: f.metadata["figure"] for f in fields(LevelStats) if "figure" in f.metadata},
+    **DECLARED_FIGURES,
+}
 
 
 def figure_names(group: Group, where: str) -> tuple[str, ...]:
@@ -224,6 +237,7 @@ def level_stats(
         mean_trace_prefix_tokens=mean([r.trace_prefix_tokens for r in good
                                        if r.trace_prefix_tokens is not None]),
         mean_cached_tokens=mean([r.cached_tokens for r in good if r.cached_tokens is not None]),
+        declared=level_values(r.figures for r in good),
     )
 
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from harness.results.metrics import LEVEL_FIGURES, level_key
 from harness.results.report import SPEC_DECODE_FIELDS
+from harness.results.request_figures import table_names
 from harness.results.summary import IntervalDict, Summary, TargetsDict, TurnRow, row_name
 
 # The LevelStats figures of the levels table after the load columns, and of the token timing
@@ -62,6 +63,7 @@ def print_summary(summary: Summary, console: Console) -> None:
                       "[green]yes[/]" if lv["passes"] else "[red]no[/]")
     console.print(table, width=max(console.width, 132))  # a narrow terminal must not hide figures
     _print_token_timing(summary, console)
+    _print_declared(summary, console)
     _print_host(summary, console)
     t = summary["targets"]
     if t["slo"]:
@@ -118,6 +120,27 @@ def _print_token_timing(summary: Summary, console: Console) -> None:
     if any(lv.get("tokens_per_chunk_estimated") for lv in levels):
         console.print("~ tokens per chunk estimated (output tokens / chunks): the server "
                       "streamed no per-chunk usage", highlight=False)
+
+
+def _print_declared(summary: Summary, console: Console) -> None:
+    """Per level, the declared per-request figures' statistics (harness.results.request_figures)
+    where any level has one."""
+    names = table_names()
+    levels = [lv for lv in summary["levels"]
+              if any(lv.get(n) not in (None, 0) for n in names)]
+    if not levels:
+        return
+    table = Table(title="per-request figures", title_justify="left")
+    for name in ("level", *map(_header, names)):
+        table.add_column(name, justify="right")
+    for lv in levels:
+        table.add_row(row_name(lv), *(_declared_value(lv.get(n), n) for n in names))
+    console.print(table, width=max(console.width, 132))
+
+
+def _declared_value(value: object, name: str) -> str:
+    fmt = LEVEL_FIGURES[name].format
+    return "-" if value is None else fmt % value if fmt else str(value)
 
 
 def _print_host(summary: Summary, console: Console) -> None:

@@ -8,20 +8,33 @@ from importlib.resources import files
 
 import duckdb
 
+from harness.results.request_figures import (
+    REQUEST_FIGURES,
+    add_columns_sql,
+    fill_old_rows_sql,
+    level_sql,
+)
+
 # the layout of the tables and views in sql/, stamped in the file's schema_version table: one
 # more whenever they change, so an older engram-bench refuses a file a newer one has written
-# (its views would be replaced by older ones) instead of reading it wrong
-SCHEMA_VERSION = 5
+# (its views would be replaced by older ones) instead of reading it wrong; each declared
+# per-request figure (harness.results.request_figures) is a column more, so counts as one
+SCHEMA_VERSION = 5 + len(REQUEST_FIGURES)
 
 
 def _sql(name: str) -> str:
     return (files("harness.results") / "sql" / name).read_text(encoding="utf-8")
 
 
-SCHEMA = _sql("tables.sql") + _sql("views.sql")  # every statement is safe to run again
-# what brings the tables of a file an older version wrote up to today's; SCHEMA then replaces
-# its views and adds the index
-MIGRATIONS = _sql("migrations.sql")
+# where the `levels` view takes the declared figures' statistics
+_DECLARED_LEVEL_COLUMNS = "    -- declared per-request figures (harness.results.request_figures)\n"
+# every statement is safe to run again
+SCHEMA = (_sql("tables.sql") + add_columns_sql()
+          + _sql("views.sql").replace(_DECLARED_LEVEL_COLUMNS, level_sql()))
+# what brings the tables of a file an older version wrote up to today's (the declared
+# columns too, with what its rows read for them); SCHEMA then replaces its views and adds the
+# index
+MIGRATIONS = _sql("migrations.sql") + add_columns_sql() + fill_old_rows_sql()
 STAMP = f"DELETE FROM schema_version; INSERT INTO schema_version VALUES ({SCHEMA_VERSION});"
 
 # every connection's: DuckDB extensions are never loaded or fetched (DuckDB would download one

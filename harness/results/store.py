@@ -20,6 +20,7 @@ import duckdb
 from harness.records import LoadHost, RequestRecord
 from harness.results.client_check import ClientCheck
 from harness.results.host_level import HostLevel, HostPass, HostSlice
+from harness.results.request_figures import insert_columns, row_values
 from harness.results.results_file import ResultsFile, StoreError
 from harness.results.run_row import RunRow
 from harness.results.server_cpu import ServerCpu, most_starved
@@ -38,6 +39,8 @@ _REQUEST_COLUMNS = (
     "itl_p99_ms, itl_bins, itl_counts, speedup, trace_line, trace_input_tokens, "
     "trace_output_tokens, input_tokens_requested, output_tokens_requested, trace_prefix_tokens"
 )
+_DECLARED_COLUMNS = insert_columns()  # the declared figures' (harness.results.request_figures)
+_INSERT_COLUMNS = ", ".join((_REQUEST_COLUMNS, *_DECLARED_COLUMNS))
 _RUN_COLUMNS = ", ".join(f.name for f in dataclasses.fields(RunRow))
 _ROWS_PER_INSERT = 256  # rows per INSERT statement: a whole round, or a rate level in steps
 
@@ -108,7 +111,7 @@ class Store(ResultsFile):
              r.chunk_gap_p90_ms, r.chunk_gap_p99_ms, r.itl_mean_ms, r.itl_p50_ms, r.itl_p90_ms,
              r.itl_p99_ms, r.itl_bins, r.itl_counts, r.speedup, r.trace_line,
              r.trace_input_tokens, r.trace_output_tokens, r.input_tokens_requested,
-             r.output_tokens_requested, r.trace_prefix_tokens)
+             r.output_tokens_requested, r.trace_prefix_tokens, *row_values(r.figures))
             for r in records
         ]
         if not rows:
@@ -122,7 +125,7 @@ class Store(ResultsFile):
             # left the writer behind a C=32 run of short requests (and a stop waiting for it)
             for i in range(0, len(rows), _ROWS_PER_INSERT):
                 batch = rows[i:i + _ROWS_PER_INSERT]
-                con.execute(f"INSERT OR IGNORE INTO requests ({_REQUEST_COLUMNS}) VALUES "
+                con.execute(f"INSERT OR IGNORE INTO requests ({_INSERT_COLUMNS}) VALUES "
                             + ", ".join(row_marks for _ in batch),
                             [value for row in batch for value in row])
             if timed:
@@ -264,7 +267,7 @@ class Store(ResultsFile):
 
     def requests(self, run_id: str) -> list[RequestRecord]:
         rows = self._query(
-            f"SELECT {_REQUEST_COLUMNS}, epoch_us(sent_at) AS sent_us, "
+            f"SELECT {_INSERT_COLUMNS}, epoch_us(sent_at) AS sent_us, "
             "epoch_us(scheduled_at) AS scheduled_us FROM requests "
             "WHERE run_id = ? ORDER BY concurrency, rate, repeat, round, worker",
             [run_id],
@@ -278,6 +281,7 @@ class Store(ResultsFile):
             row["sent_at"] = row.pop("sent_us") / 1e6
             scheduled = row.pop("scheduled_us")
             row["scheduled_at"] = None if scheduled is None else scheduled / 1e6
+            row["figures"] = {name: row.pop(name) for name in _DECLARED_COLUMNS}
             records.append(RequestRecord(**row))
         return records
 

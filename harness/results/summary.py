@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from harness.results.declared_row import DeclaredRow
 from harness.results.metrics import STATISTIC_FIELDS, level_label
 
 
@@ -57,13 +58,19 @@ class HostDict(TypedDict):
     disks: str | None
     device_read_bytes_per_output_token: float | None  # the disks' reads, every process's
     host_major_faults_per_output_token: float | None  # the hosts' pgmajfault, every process's
+    # `run --table-state`, on the level of the run's first pass (harness.results.cold_start):
+    # cold, warm, or "not cold" where cold was asked and the residency at its start is not
+    table_state: str | None
+    table_state_ttft_ms: float | None  # mean TTFT of its first C requests: met the state
+    table_state_requests: int | None  # ... how many of them had a first token
 
 
-class LevelRow(TypedDict, total=False):
+class LevelRow(DeclaredRow, total=False):
     """One level: every figure of `metrics.LevelStats` the summary shows (its keys and their
-    order come from LevelStats' declarations; a test fails when one is not typed here), and its
-    verdict. Rate levels add the rate and send lag; users levels the duty cycle; repeats
-    intervals."""
+    order come from LevelStats' declarations; a test fails when one is not typed here; the
+    declared per-request figures' keys are typed in DeclaredRow, written from their
+    declaration), and its verdict. Rate levels add the rate and send lag; users levels the
+    duty cycle; repeats intervals."""
 
     concurrency: int
     requests: int

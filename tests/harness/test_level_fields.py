@@ -28,8 +28,8 @@ def _declared(where: str) -> list[str]:
 
 
 def test_every_field_declares_its_figure():
-    undeclared = [f.name for f in dataclasses.fields(LevelStats)
-                  if not isinstance(f.metadata.get("figure"), Figure)]
+    undeclared = [f.name for f in dataclasses.fields(LevelStats) if f.name != "declared"
+                  and not isinstance(f.metadata.get("figure"), Figure)]
     assert not undeclared, f"LevelStats fields without a figure(...) declaration: {undeclared}"
 
 

@@ -47,7 +47,7 @@ def test_levels_view_matches_metrics(store):
     assert [v["concurrency"] for v in view] == [s.concurrency for s in expected]
     for row, stats in zip(view, expected, strict=True):
         for name in figure_names("level", "sql"):  # every figure the view holds
-            value = getattr(stats, name)
+            value = stats.value(name)
             assert row[name] == (value if value is None or isinstance(value, bool)
                                  else pytest.approx(value, rel=1e-6)), name
 

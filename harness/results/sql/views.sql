@@ -107,6 +107,7 @@ SELECT
               / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
                  + sum(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL)) END
         AS duty_cycle,
+    -- declared per-request figures (harness.results.request_figures)
     any_value(client.loop_lag_p99_ms) AS loop_lag_p99_ms,
     any_value(client.read_lag_mean_ms) AS read_lag_mean_ms,
     any_value(client.client_cpu_share) AS client_cpu_share,

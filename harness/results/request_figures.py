@@ -1,0 +1,169 @@
+"""Per-request figures declared once: each is a `requests` column, its level statistics and
+where they show, so that a new figure is one entry in `REQUEST_FIGURES`. From each entry come
+the column (added in place to a file that lacks it, and filled for its old rows where the
+entry says how), the store's insert, the level statistics in Python (`level_values`) and in
+the `levels` view (`level_sql`, the same rule), the summary's level rows and `--json`, the
+printed table of such figures and the explorer's level columns (harness.results.metrics adds
+their `Figure`s to LEVEL_FIGURES). The client sets a record's values once, as its request
+ends (`RequestRecord.figures`): nothing here runs per chunk.
+
+Figures that are not one statistic of one column (pooled token-weighted ITL, throughput over
+busy time, goodput, the users checks) stay hand-written in metrics.py and views.sql."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.results.figure import Figure
+from harness.results.quantiles import mean, quantile
+
+# what a level shows of a column: its mean, a quantile, how many requests have it (a
+# non-null value, or true for a yes/no), or its distinct values ("usage,counted")
+Statistic = Literal["mean", "p50", "p90", "p99", "count", "values"]
+_QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+Value = float | int | str | bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFigure:
+    """One per-request figure. `name` is its `requests` column and its key in
+    `RequestRecord.figures`; a level's statistic of it is `<statistic>_<name>` ("p90_ttfo_ms").
+    `missing`: a request may store none (NULL). `old_rows`: the SQL value an upgraded file's
+    rows read, unless `missing_reason` (another declared column) says why it is missing.
+    `table`: the summary's printed table of such figures has its statistics."""
+
+    name: str
+    sql_type: str  # "DOUBLE", "INTEGER", "VARCHAR", "BOOLEAN"
+    label: str  # "TTFO": what a reader sees, before the statistic's name
+    unit: str = ""
+    statistics: tuple[Statistic, ...] = ("mean", "p50", "p90", "p99")
+    format: str = "%.1f"  # the explorer's and the printed table's number format
+    missing: bool = True
+    old_rows: str | None = None
+    missing_reason: str | None = None
+    table: bool = True
+    summary: bool = True
+    explorer: bool = True
+
+    def level_name(self, statistic: Statistic) -> str:
+        return f"{statistic}_{self.name}"
+
+    def level_figure(self, statistic: Statistic) -> Figure:
+        """How the level's statistic is named and shown (harness.results.figure)."""
+        counted = statistic in ("count", "values")
+        label = f"{self.label} {statistic}" if statistic != "values" else self.label
+        return Figure(label, "" if counted else self.unit,
+                      header=f"{self.label} {statistic}" if statistic != "values" else self.label,
+                      format="%d" if statistic == "count" else
+                      "%s" if statistic == "values" else self.format,
+                      summary=self.summary,
+                      # the explorer's level columns are numbers and yes/no checks
+                      explorer=self.explorer and statistic != "values")
+
+
+# The declared figures, in the order their columns and level statistics follow the rest.
+REQUEST_FIGURES: tuple[RequestFigure, ...] = ()
+
+
+def level_figures(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> dict[str, Figure]:
+    """Every level statistic of `figures`, by its level name, in declaration order."""
+    return {f.level_name(s): f.level_figure(s) for f in figures for s in f.statistics}
+
+
+def table_names(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> tuple[str, ...]:
+    """The level statistics the summary's printed table of declared figures shows."""
+    return tuple(f.level_name(s) for f in figures if f.table for s in f.statistics)
+
+
+def insert_columns(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> tuple[str, ...]:
+    return tuple(f.name for f in figures)
+
+
+def row_values(values: Mapping[str, Value],
+               figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> tuple[Value, ...]:
+    """A record's declared values in column order (None where it has none)."""
+    return tuple(values.get(f.name) for f in figures)
+
+
+def add_columns_sql(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> str:
+    """The `requests` columns, added where a file lacks them (safe to run again)."""
+    return "".join(f"ALTER TABLE requests ADD COLUMN IF NOT EXISTS {f.name} {f.sql_type};\n"
+                   for f in figures)
+
+
+def fill_old_rows_sql(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> str:
+    """What an upgraded file's rows read for a column it lacked: run once, as it upgrades,
+    after `add_columns_sql`; a row that says why its value is missing is left so."""
+    out = []
+    for f in figures:
+        if f.old_rows is None:
+            continue
+        unexplained = f" AND {f.missing_reason} IS NULL" if f.missing_reason else ""
+        out.append(f"UPDATE requests SET {f.name} = {f.old_rows} "
+                   f"WHERE {f.name} IS NULL{unexplained};\n")
+    return "".join(out)
+
+
+def _statistic_sql(f: RequestFigure, statistic: Statistic, alias: str) -> str:
+    column = f"{alias}.{f.name}"
+    ok = f"{alias}.ok"
+    if statistic == "mean":
+        return f"avg({column}) FILTER (WHERE {ok})"
+    if statistic == "count":
+        kept = column if f.sql_type == "BOOLEAN" else f"{column} IS NOT NULL"
+        return f"count(*) FILTER (WHERE {ok} AND {kept})"
+    if statistic == "values":
+        return f"string_agg(DISTINCT {column}, ',' ORDER BY {column}) FILTER (WHERE {ok})"
+    return f"quantile_cont({column}, {_QUANTILES[statistic]}) FILTER (WHERE {ok})"
+
+
+def level_sql(alias: str = "q", figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> str:
+    """The `levels` view's columns of every declared statistic (each line ends in a comma,
+    as it sits among the view's other columns): the SQL form of `level_values`."""
+    return "".join(f"    {_statistic_sql(f, s, alias)} AS {f.level_name(s)},\n"
+                   for f in figures for s in f.statistics)
+
+
+def _statistic(values: list[Value], statistic: Statistic) -> Value:
+    if statistic == "count":
+        return sum(1 for v in values if v is not None and v is not False)
+    present = [v for v in values if v is not None]
+    if statistic == "values":
+        return ",".join(sorted({str(v) for v in present})) or None
+    numbers = [float(v) for v in present if not isinstance(v, str)]
+    if statistic == "mean":
+        return mean(numbers)
+    return quantile(numbers, _QUANTILES[statistic])
+
+
+_PYTHON_TYPES = {"count": "int", "values": "str | None"}
+
+
+def row_type_source(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> str:
+    """harness/results/declared_row.py: the summary's level row keys of `figures`, written out
+    so that mypy sees them (a TypedDict made at runtime is invisible to it); a test checks the
+    file against the declaration, `python -m harness.results.request_figures` writes it."""
+    keys = "".join(f"    {f.level_name(s)}: {_PYTHON_TYPES.get(s, 'float | None')}\n"
+                   for f in figures if f.summary for s in f.statistics)
+    return ('"""The summary level row\'s keys of the declared per-request figures: written '
+            'by\n`python -m harness.results.request_figures` from its REQUEST_FIGURES; do not '
+            'edit."""\n'
+            "\nfrom __future__ import annotations\n\nfrom typing import TypedDict\n\n\n"
+            "class DeclaredRow(TypedDict, total=False):\n"
+            '    """The declared figures\' level statistics (harness.results.request_figures)."""\n'
+            + ("\n" + keys if keys else ""))
+
+
+def level_values(good: Iterable[Mapping[str, Value]],
+                 figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> dict[str, Value]:
+    """Each declared statistic over a level's successful requests' values (`good`: their
+    `RequestRecord.figures`), by level name: the rule of `level_sql`."""
+    rows = list(good)
+    return {f.level_name(s): _statistic([r.get(f.name) for r in rows], s)
+            for f in figures for s in f.statistics}
+
+
+if __name__ == "__main__":
+    print(row_type_source(), end="")
