@@ -4,6 +4,9 @@ schedstat), the received bytes waiting unread in the sockets, and how long each 
 token waited in its socket before the loop read it (the client's TCP_INFO reads, harness.wire.
 client) (harness.results.client_check judges them).
 
+The monitor brackets every measured pass of every load process, so it also holds Python's
+full garbage collections off the loop for the pass (harness.run.collector).
+
 One callback every `interval_s` (20 ms: 50 a second, ~0.15 ms of CPU each on an idle 2-core VM,
 most of it the wake-up itself, so ~0.7 % of a core; a busy loop is awake anyway); the sockets are
 asked for their unread bytes every tenth tick (one ioctl per connection)."""
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.results.client_check import ClientCheck, check
+from harness.run import collector
 from harness.wire.client import FIRST_READ_LAGS_MS
 
 SCHEDSTAT = Path("/proc/thread-self/schedstat")
@@ -43,6 +47,7 @@ class LoopMonitor:
 
     def start(self) -> None:
         """In the loop's thread: its run-queue wait is the thread's own."""
+        collector.hold()
         FIRST_READ_LAGS_MS.clear()
         self._lags_ms, self._unread, self._ticks = [], [], 0
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
@@ -62,6 +67,7 @@ class LoopMonitor:
         self._arm(now_ns)
 
     def stop(self) -> ClientCheck:
+        collector.release()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
