@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -175,3 +176,33 @@ def test_the_warning_names_the_figures_it_judged_from_and_the_longest_lag():
     assert "loop lag p99 35.9 ms (limit 20 ms)" in warning
     assert "30014.0 ms" in warning
     assert "loop lag p50" not in warning  # within its limit: not what it was judged from
+
+
+def test_no_full_garbage_collection_stops_the_loop_while_a_level_is_measured():
+    """Objects kept alive by the thousand trigger full collections, except between a
+    monitor's start and stop (a level); young ones still run."""
+    full: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop":
+            full.append(info["generation"])
+
+    async def allocate(monitored: bool) -> list[int]:
+        monitor = LoopMonitor(lambda: 0)
+        if monitored:
+            monitor.start()
+        full.clear()
+        kept = [[i] for i in range(300_000)]  # survivors: each collection promotes them
+        if monitored:
+            monitor.stop()
+        del kept
+        return full[:]
+
+    gc.callbacks.append(count)
+    try:
+        held = asyncio.run(allocate(monitored=True))
+        free = asyncio.run(allocate(monitored=False))
+    finally:
+        gc.callbacks.remove(count)
+    assert 2 not in held and 0 in held, held
+    assert 2 in free, free
