@@ -8,7 +8,7 @@ from rich.table import Table
 
 from harness.results.metrics import LEVEL_FIGURES, level_key
 from harness.results.report import SPEC_DECODE_FIELDS
-from harness.results.request_figures import table_names
+from harness.results.request_figures import in_table, table_names
 from harness.results.summary import IntervalDict, Summary, TargetsDict, TurnRow, row_name
 
 # The LevelStats figures of the levels table after the load columns, and of the token timing
@@ -123,11 +123,10 @@ def _print_token_timing(summary: Summary, console: Console) -> None:
 
 
 def _print_declared(summary: Summary, console: Console) -> None:
-    """Per level, the declared per-request figures' statistics (harness.results.request_figures)
-    where any level has one."""
+    """The declared per-request figures' statistics (harness.results.request_figures) of the
+    levels where an announcing one is neither missing nor zero."""
     names = table_names()
-    levels = [lv for lv in summary["levels"]
-              if any(lv.get(n) not in (None, 0) for n in names)]
+    levels = [lv for lv in summary["levels"] if in_table(lv)]
     if not levels:
         return
     table = Table(title="per-request figures", title_justify="left")

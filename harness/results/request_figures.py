@@ -32,7 +32,9 @@ class RequestFigure:
     `RequestRecord.figures`; a level's statistic of it is `<statistic>_<name>` ("p90_ttfo_ms").
     `missing`: a request may store none (NULL). `old_rows`: the SQL value an upgraded file's
     rows read, unless `missing_reason` (another declared column) says why it is missing.
-    `table`: the summary's printed table of such figures has its statistics."""
+    `table`: the summary's printed table of such figures has its statistics; `announces`: a
+    level where one of them is neither missing nor zero is in that table (other levels have
+    nothing of note there)."""
 
     name: str
     sql_type: str  # "DOUBLE", "INTEGER", "VARCHAR", "BOOLEAN"
@@ -44,6 +46,7 @@ class RequestFigure:
     old_rows: str | None = None
     missing_reason: str | None = None
     table: bool = True
+    announces: bool = False
     summary: bool = True
     explorer: bool = True
 
@@ -75,6 +78,14 @@ def level_figures(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> dict[st
 def table_names(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> tuple[str, ...]:
     """The level statistics the summary's printed table of declared figures shows."""
     return tuple(f.level_name(s) for f in figures if f.table for s in f.statistics)
+
+
+def in_table(row: Mapping[str, object],
+             figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> bool:
+    """Whether a summary level row has something the printed table shows: a statistic of an
+    announcing figure that is neither missing nor zero."""
+    return any(row.get(f.level_name(s)) not in (None, 0)
+               for f in figures if f.announces for s in f.statistics)
 
 
 def insert_columns(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from harness.results.request_figures import (
     RequestFigure,
     add_columns_sql,
     fill_old_rows_sql,
+    in_table,
     level_sql,
     level_values,
     row_type_source,
@@ -22,7 +23,7 @@ from harness.results.request_figures import (
 WAIT = RequestFigure("wait_ms", "DOUBLE", "wait", "ms", old_rows="base_ms",
                      missing_reason="wait_missing")
 WHY = RequestFigure("wait_missing", "VARCHAR", "no wait", statistics=("count",))
-SOURCE = RequestFigure("source", "VARCHAR", "source", statistics=("values",))
+SOURCE = RequestFigure("source", "VARCHAR", "source", statistics=("values",), announces=True)
 FLAGGED = RequestFigure("flagged", "BOOLEAN", "flagged", statistics=("count",))
 FIGURES = (WAIT, WHY, SOURCE, FLAGGED)
 
@@ -92,3 +93,8 @@ def test_an_older_file_gains_the_columns_and_its_rows_read_the_old_value():
 
 def test_a_declaration_without_statistics_of_numbers_has_no_numbers():
     assert level_values([{"wait_ms": None}, {}], (WAIT,))["mean_wait_ms"] is None
+
+
+def test_a_level_is_in_the_printed_table_where_an_announcing_figure_has_a_value():
+    assert in_table({"values_source": "usage", "mean_wait_ms": 5.0}, FIGURES)
+    assert not in_table({"values_source": None, "mean_wait_ms": 5.0}, FIGURES)
