@@ -199,6 +199,18 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                           "across, each its own event loop and connections; auto: one per 512 "
                           "streams of the highest level, at most one per CPU, less one for a "
                           "server on this host")
+    run.add_argument("--table-state", choices=("cold", "warm"), default="",
+                     help="set the table's start state through each --host-metrics agent "
+                          "before the first level: cold drops its files' page cache and checks "
+                          "their residency (a drop other processes' mapped or locked pages "
+                          "defeat is said, and not claimed cold), warm reads them in; the "
+                          "first requests after cold are reported apart (default: as found)")
+    run.add_argument("--warm-budget-gb", type=float, default=None, metavar="GB",
+                     help="--table-state warm reads at most this many GB of the table "
+                          "(default: all of it)")
+    run.add_argument("--idle", type=float, default=0.0, metavar="S",
+                     help="wait S seconds before each level after the first, the agent reading "
+                          "the table's residency before and after (its decay)")
     run.add_argument("--ray", metavar="HOST:PORT", default="",
                      help="run the --workers as Ray actors spread over the nodes of the Ray "
                           "cluster whose head is at HOST:PORT (`ray start --head` prints it; "

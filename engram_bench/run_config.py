@@ -36,7 +36,8 @@ RESUME_FREE = {"command", "resume", "url", "api_key", "db", "no_progress", "json
                "slo", "min_goodput", "ray", "host_metrics"}
 # the flags stored under another name (a mode's own are in its declaration)
 RESUME_STORED_AS = {"request_timeout": "request_timeout_s", "connect_timeout": "connect_timeout_s",
-                    "stall_timeout": "stall_timeout_s", **modes.stored_as()}
+                    "stall_timeout": "stall_timeout_s", "idle": "idle_s",
+                    **modes.stored_as()}
 
 
 def resume_conflicts(args: argparse.Namespace, stored: RunConfig) -> list[str]:
@@ -145,6 +146,7 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         device=args.device or "", engine=args.engine or "",
         table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
         server_metrics=args.server_metrics, host_metrics=args.host_metrics, search=args.search,
+        table_state=args.table_state, warm_budget_gb=args.warm_budget_gb, idle_s=args.idle,
         max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,
         keep_going=args.keep_going, token_times=args.token_times, **modes.read_flags(args),
     )

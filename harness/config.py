@@ -178,6 +178,11 @@ class RunConfig:
     # the serving hosts' kernel counters (engram-bench agent or node_exporter), one URL a node,
     # scraped every second of each level (harness.results.host_level)
     host_metrics: tuple[str, ...] = ()
+    # the table's start state set through the hosts' agents before the first pass: "", cold
+    # or warm (harness.run.table_state); warm reads this many GB at most (None: all)
+    table_state: str = ""
+    warm_budget_gb: float | None = None
+    idle_s: float = 0.0  # a wait before each pass after the first, the table's decay read over it
     search: bool = False  # after the levels, probe until Max C is known to the integer
     max_concurrency: int = 256  # the search never probes above this
     rates: tuple[float, ...] = ()  # mode rate: requests/s per level (its levels are empty)
@@ -220,6 +225,7 @@ class RunConfig:
             raise ConfigError("--input-tokens must be at least 8")
         if self.output_tokens < 1:
             raise ConfigError("--output-tokens must be at least 1")
+        self._check_table_state()
         for flag, seconds in (("--request-timeout", self.request_timeout_s),
                               ("--connect-timeout", self.connect_timeout_s),
                               ("--stall-timeout", self.stall_timeout_s)):
@@ -250,6 +256,19 @@ class RunConfig:
             raise ConfigError(f"--label must be at most {MAX_LABEL_CHARS:,} characters, not "
                               f"{len(self.label):,}")
         self._check_sizes()
+
+    def _check_table_state(self) -> None:
+        if self.table_state not in ("", "cold", "warm"):
+            raise ConfigError(f"--table-state must be cold or warm, not {self.table_state!r}")
+        if self.table_state and not self.host_metrics and not self.server_args:
+            raise ConfigError("--table-state works through the serving host's agent: give "
+                              "--host-metrics with an `engram-bench agent --table PATH` URL")
+        if self.warm_budget_gb is not None and (self.table_state != "warm"
+                                                or not 0 < self.warm_budget_gb < math.inf):
+            raise ConfigError("--warm-budget-gb needs --table-state warm and a number of GB "
+                              "above 0")
+        if not 0 <= self.idle_s < math.inf:
+            raise ConfigError(f"--idle must be 0 or more seconds, not {self.idle_s}")
 
     def _check_sizes(self) -> None:
         """What no run should hold: more requests than fit in memory, or a request longer

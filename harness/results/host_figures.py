@@ -97,4 +97,5 @@ def level_host(passes: Sequence[Pass], output_tokens: float, prompt_tokens: floa
                                                    output_tokens),
         "host_major_faults_per_output_token": _per(
             _total(passes, lambda h: h.host_major_faults), output_tokens),
+        "table_state": None, "table_state_ttft_ms": None, "table_state_requests": None,
     }

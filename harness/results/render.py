@@ -171,6 +171,12 @@ def _print_host(summary: Summary, console: Console) -> None:
                       _bytes(h["peak_pinned_bytes"]), _share(h["io_stall_share"]),
                       _share(h["disk_busy_share"]))
     console.print(table, width=max(console.width, 132))
+    for lv in levels:
+        if (h := lv["host"]) and h.get("table_state"):
+            console.print(f"{row_name(lv)} started on a {h['table_state']} table "
+                          f"(--table-state): its first {h['table_state_requests']} requests' "
+                          f"TTFT mean {_fmt(h['table_state_ttft_ms'])} ms, the level's "
+                          f"{_fmt(lv.get('mean_ttft_ms'))} ms", highlight=False)
 
 
 def _bytes(value: float | None) -> str:

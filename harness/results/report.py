@@ -9,7 +9,7 @@ from typing import TypeVar, cast
 
 from harness.config import RunConfig, StoredRun
 from harness.records import LoadHost, RequestRecord
-from harness.results import confidence, short_levels, users
+from harness.results import cold_start, confidence, short_levels, users
 from harness.results.client_check import ClientCheck
 from harness.results.client_check import describe as describe_client
 from harness.results.host_figures import level_host
@@ -124,6 +124,9 @@ def summarise(
             s = by_level[(row["concurrency"], row.get("rate"))]
             row.update(cast(LevelRow, {k: _round(s.value(k)) for k in TRACE_LEVEL_FIELDS}))
     tokens = level_tokens(records) if host else {}
+    stored_config = StoredRun.from_json(run.config).config
+    asked = stored_config.table_state if stored_config else ""
+    first = cold_start.first_level(records) if asked else None
     for row in levels:
         figures = (server or {}).get((row["concurrency"], row.get("rate")), {})
         if traced:  # what the server's prefix cache found, beside what the trace shares
@@ -153,6 +156,9 @@ def summarise(
             if hosts else None
         if row["host"] and row["host"]["missing"]:
             warnings.append(f"{row_name(row)}: host figures missing: {row['host']['missing']}")
+        if row["host"] and first and (row["concurrency"], row.get("rate")) == (
+                first[0], _round(first[1])):
+            warnings += _table_state(row, row["host"], asked, records, first)
     if key not in ("R", "X", "U"):  # a Max C verdict
         found["max_c_starved"] = _starved_verdict(levels, cast(int, found["max_c"]),
                                                   server_cpu or {})
@@ -190,6 +196,25 @@ def summarise(
     summary["load_hosts"] = [cast(LoadHostDict, asdict(h)) for h in load_hosts]
     summary["warnings"] = warnings
     return summary
+
+
+def _table_state(row: LevelRow, host: HostDict, asked: str, records: Sequence[RequestRecord],
+                 first: cold_start.Level) -> list[str]:
+    """The state `run --table-state` set, on the level of the run's first pass: stored in its
+    host figures with the TTFT of the requests that met it; a warning where cold was asked
+    and the level did not start cold."""
+    host["table_state"] = cold_start.state_at_start(asked, host["table_bytes"],
+                                                    host["table_resident_bytes_start"])
+    ttft, count = cold_start.first_ttft_ms(records, first)
+    host["table_state_ttft_ms"], host["table_state_requests"] = _round(ttft), count
+    if host["table_state"] != cold_start.NOT_COLD:
+        return []
+    resident, size = host["table_resident_bytes_start"], host["table_bytes"]
+    held = (f"{resident / 2**20:,.1f} MiB of the table's {size / 2**20:,.1f} MiB were resident"
+            if resident is not None and size else "its residency was not read")
+    return [f"{row_name(row)}: --table-state cold was asked, but {held} at its start (pages "
+            "another process maps or locks stay after a drop): it is not reported as a cold "
+            "start"]
 
 
 def level_tokens(records: Sequence[RequestRecord]

@@ -58,6 +58,11 @@ class HostDict(TypedDict):
     disks: str | None
     device_read_bytes_per_output_token: float | None  # the disks' reads, every process's
     host_major_faults_per_output_token: float | None  # the hosts' pgmajfault, every process's
+    # `run --table-state`, on the level of the run's first pass (harness.results.cold_start):
+    # cold, warm, or "not cold" where cold was asked and the residency at its start is not
+    table_state: str | None
+    table_state_ttft_ms: float | None  # mean TTFT of its first C requests: met the state
+    table_state_requests: int | None  # ... how many of them had a first token
 
 
 class LevelRow(DeclaredRow, total=False):

@@ -47,6 +47,7 @@ from harness.run.prompts import Prompts, load
 from harness.run.ray_workers import Cluster, RaySpawner
 from harness.run.server_cpu_monitor import ServerCpuMonitor
 from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
+from harness.run.table_state import TableState, check_hosts
 from harness.run.workers import WorkerDied, WorkerSender
 from harness.run.workload import Calibration, TokenLine, calibrate, payload
 from harness.run.writer import BackgroundWriter, WriterError
@@ -224,7 +225,12 @@ async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress
                if config.server_metrics or config.host_metrics else None)
     passes = Passes(config, mode, ledger, sweep, sender, writer, scraper,
                     LoopMonitor(sweep.pool.unread_bytes), progress, prompts.calibrated,
-                    ServerCpuMonitor(server_pid) if server_pid else None)
+                    ServerCpuMonitor(server_pid) if server_pid else None,
+                    TableState(config.host_metrics, config.table_state,
+                               round(config.warm_budget_gb * 2**30)
+                               if config.warm_budget_gb else None,
+                               config.idle_s, progress.message, progress.notice)
+                    if config.table_state or config.idle_s else None)
     try:
         if config.warmup and not resume:  # before the first level's scrape: left out
             first = config.levels[0] if config.levels else 1
@@ -273,12 +279,15 @@ async def _preflight(config: RunConfig, mode: LoadMode, endpoint: Endpoint,
     server = server_table(await target.fetch_stats(endpoint))
     if server:
         progress.message(describe_server_table(server))
+    samples = []
     for url in config.host_metrics:  # each host answers with its metrics, or nothing is sent
         try:
             sample = await asyncio.to_thread(host_scrape.read, url)
         except host_scrape.HostScrapeError as exc:
             raise target.TargetError(host_scrape.refusal(url, exc)) from None
         progress.message(f"host metrics: {url} ({sample.source})")
+        samples.append((url, sample))
+    check_hosts(config.table_state, samples)
     return config, server
 
 
@@ -341,6 +350,7 @@ class Passes:
     progress: LevelProgress
     calibrated: bool  # prompts sized to --input-tokens: warn when the server counts otherwise
     server_cpu: ServerCpuMonitor | None = None  # a server this run started: its CPU per pass
+    table_state: TableState | None = None  # --table-state and --idle, through the agents
     outcomes: list[LevelOutcome] = field(default_factory=list)
 
     async def level(self, level: Level) -> None:
@@ -359,6 +369,8 @@ class Passes:
     async def run(self, p: Pass) -> None:
         """One pass of a level: its requests, the server's counters around it, stored."""
         endpoint, progress = self.sweep.endpoint, self.progress
+        if self.table_state:
+            await self.table_state.before_pass()
         before = await target.fetch_stats(endpoint)
         for note in await self.scraper.start() if self.scraper else []:
             progress.message(note)

@@ -1,0 +1,81 @@
+"""`run --table-state` against the fake server: what is refused before any load is sent (no
+--host-metrics, a budget without warm, an agent that knows no table), and a drop that pages
+another process holds mapped and locked defeat: the run says so, goes on, and claims no cold
+start."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from harness.mock_server import MockConfig, ThreadedMockServer
+from harness.records import RequestRecord
+from harness.results.cold_start import NOT_COLD, first_level, first_ttft_ms, state_at_start
+from tests.harness.test_host_metrics_run import agent
+from tests.helpers import FAST, run_cli
+from tests.runners.test_host_agent import _agent, _table
+from tests.runners.test_table_state import _locker, _on_disk
+
+
+def _run(url: str, tmp_path, *flags: str):
+    return run_cli("run", "--url", url, "--levels", "1,2", "--rounds", "2", "--db",
+                   str(tmp_path / "bench.duckdb"), "--no-progress", *flags)
+
+
+def _error(proc) -> str:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("engram-bench: error:")]
+    return line
+
+
+def test_table_state_without_an_agent_or_with_a_budget_but_not_warm_is_refused(tmp_path):
+    url = "http://127.0.0.1:9/v1"
+    assert "--host-metrics" in _error(_run(url, tmp_path, "--table-state", "cold"))
+    assert "--table-state warm" in _error(_run(
+        url, tmp_path, "--table-state", "cold", "--host-metrics", "http://127.0.0.1:9/metrics",
+        "--warm-budget-gb", "1"))
+    assert "--idle" in _error(_run(url, tmp_path, "--idle", "-1"))
+
+
+def test_an_agent_given_no_table_is_refused_before_any_load(tmp_path):
+    with ThreadedMockServer(MockConfig(**FAST)) as server, agent(os.getpid()) as host:
+        line = _error(_run(server.url, tmp_path, "--host-metrics", host, "--table-state",
+                           "warm"))
+        sent = server.server.requests_seen
+    assert "start it with --table PATH" in line and sent == 0
+
+
+def test_a_drop_locked_pages_defeat_is_said_and_no_cold_start_is_claimed(tmp_path):
+    _on_disk(tmp_path)
+    table = _table(tmp_path, 256)
+    with _locker(table), ThreadedMockServer(MockConfig(**FAST)) as server, \
+            _agent("--pid", str(os.getpid()), "--table", str(table)) as (host, _):
+        proc = _run(server.url, tmp_path, "--host-metrics", host, "--table-state", "cold",
+                    "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [ln for ln in proc.stderr.splitlines() if "stay in the page cache after the drop" in ln]
+    assert len(said) == 1 and said[0].endswith("so the table is not cold"), proc.stderr
+    assert "table state: cold" not in proc.stderr
+    levels = {row["concurrency"]: row for row in json.loads(proc.stdout)["levels"]}
+    assert levels[1]["host"]["table_state"] == NOT_COLD
+    assert levels[2]["host"]["table_state"] is None
+    assert any(w.startswith("C=1: --table-state cold was asked, but 1.0 MiB")
+               for w in json.loads(proc.stdout)["warnings"])
+
+
+def _record(c: int, sent_at: float, ttft: float | None, repeat: int = 0) -> RequestRecord:
+    return RequestRecord(request_id=f"{c}-{sent_at}", concurrency=c, round=0, worker=0,
+                         sent_at=sent_at, ttft_ms=ttft, repeat=repeat)
+
+
+def test_the_first_pass_and_its_first_requests_are_those_that_met_the_state():
+    records = [_record(2, 5.0, 30.0), _record(4, 1.0, 900.0), _record(4, 1.1, 700.0),
+               _record(4, 1.2, None), _record(4, 1.3, 800.0), _record(4, 2.0, 50.0),
+               _record(4, 9.0, 10.0, repeat=1)]
+    assert first_level(records) == (4, None)
+    assert first_ttft_ms(records, (4, None)) == (800.0, 3)  # the 4 first, one without a TTFT
+    assert state_at_start("cold", 1000.0, 20.0) == "cold"
+    assert state_at_start("cold", 1000.0, 21.0) == NOT_COLD
+    assert state_at_start("cold", 1000.0, None) == NOT_COLD
+    assert state_at_start("warm", 1000.0, 900.0) == "warm"
