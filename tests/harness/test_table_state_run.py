@@ -79,3 +79,17 @@ def test_the_first_pass_and_its_first_requests_are_those_that_met_the_state():
     assert state_at_start("cold", 1000.0, 21.0) == NOT_COLD
     assert state_at_start("cold", 1000.0, None) == NOT_COLD
     assert state_at_start("warm", 1000.0, 900.0) == "warm"
+
+
+def test_idle_waits_between_levels_and_says_the_residency_before_and_after(tmp_path):
+    table = _table(tmp_path, 16)
+    with ThreadedMockServer(MockConfig(**FAST)) as server, \
+            _agent("--pid", str(os.getpid()), "--table", str(table)) as (host, _):
+        proc = run_cli("run", "--url", server.url, "--levels", "1,2", "--rounds", "1",
+                       "--db", str(tmp_path / "bench.duckdb"), "--host-metrics", host,
+                       "--table-state", "warm", "--idle", "0.2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert "table state: warm on " in out and "read 0.1 MiB, 0.1 MiB of 0.1 MiB resident" in out
+    idle = [ln for ln in out.splitlines() if ln.startswith("idle 0.2 s: the table's residency")]
+    assert len(idle) == 1 and idle[0].endswith("went from 0.1 MiB to 0.1 MiB"), out
