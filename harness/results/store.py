@@ -281,7 +281,9 @@ class Store(ResultsFile):
             row["sent_at"] = row.pop("sent_us") / 1e6
             scheduled = row.pop("scheduled_us")
             row["scheduled_at"] = None if scheduled is None else scheduled / 1e6
-            row["figures"] = {name: row.pop(name) for name in _DECLARED_COLUMNS}
+            # as the client sets them: only the figures a request has
+            declared = {name: row.pop(name) for name in _DECLARED_COLUMNS}
+            row["figures"] = {k: v for k, v in declared.items() if v is not None}
             records.append(RequestRecord(**row))
         return records
 
