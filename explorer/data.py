@@ -13,13 +13,14 @@ import json
 import os
 from collections.abc import Collection
 from pathlib import Path
+from typing import cast
 
 import duckdb
 import pandas as pd
 
 from explorer import literal
 from harness.config import StoredRun
-from harness.results import users
+from harness.results import cold_start, users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.goodput import Slo
 from harness.results.host_figures import level_host
@@ -187,8 +188,9 @@ def host_levels(path: Path, run_id: str, levels_frame: pd.DataFrame) -> pd.DataF
     for a run without them."""
     if not path.exists():
         return pd.DataFrame()
+    store = Store(path, lock_timeout_s=10)
     try:
-        by_level = Store(path, lock_timeout_s=10).host_levels(run_id)
+        by_level = store.host_levels(run_id)
     except StoreError:
         return pd.DataFrame()
     if not by_level:
@@ -203,6 +205,15 @@ def host_levels(path: Path, run_id: str, levels_frame: pd.DataFrame) -> pd.DataF
              **level_host(passes, *counted.get((c, rate), (0.0, 0.0)))}
             for (c, rate), passes in sorted(by_level.items(), key=lambda kv: (kv[0][0],
                                                                               kv[0][1] or 0))]
+    config = StoredRun.from_json(store.run(run_id).config).config
+    if config and config.table_state:  # the level of the first pass: the state it met
+        records = store.requests(run_id)
+        first = cold_start.first_level(records)
+        for row in rows:
+            if first and (row["concurrency"], row["rate"]) == first:
+                row.update(cold_start.figures(
+                    config.table_state, cast(float | None, row["table_bytes"]),
+                    cast(float | None, row["table_resident_bytes_start"]), records, first))
     frame = pd.DataFrame(rows)
     shown = [c for c in ("concurrency", "mean_ttft_ms", "mean_tpot_ms") if c in levels_frame]
     if "concurrency" in shown and len(shown) > 1:

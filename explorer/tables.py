@@ -110,6 +110,9 @@ COLUMNS: dict[str, Column] = {
     "host_major_faults_per_output_token": Column("host major faults / output token", "number",
                                                  "%.4f"),
     "missing": Column("why missing", width="large"),
+    "table_state": Column("table start state (--table-state)"),
+    "table_state_ttft_ms": Column("TTFT of its first requests (ms)", "number", "%.1f"),
+    "table_state_requests": Column("first requests", "number", COUNT),
     # multi-turn runs: per turn of the conversations
     "turn": Column("turn", "number", COUNT),
     "cached_share": Column("cached share", "number", "percent"),
@@ -174,6 +177,7 @@ HOST_COLUMNS = ("concurrency", "mean_ttft_ms", "mean_tpot_ms",
                 "peak_rss_shmem_bytes", "peak_pinned_bytes", "peak_locked_bytes",
                 "io_stall_share", "disk_busy_share", "disks",
                 "device_read_bytes_per_output_token", "host_major_faults_per_output_token",
+                "table_state", "table_state_ttft_ms", "table_state_requests",
                 "source", "nodes", "missing")
 # a multi-turn run's turns: the context each turn sent and what the server had cached of it
 TURN_COLUMNS = ("concurrency", "users", "turn", "mean_prompt_tokens", "mean_cached_tokens",

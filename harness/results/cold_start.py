@@ -42,3 +42,13 @@ def first_ttft_ms(records: Sequence[RequestRecord], level: Level) -> tuple[float
                          and r.repeat == 0), key=lambda r: r.sent_at)
     ttfts = [r.ttft_ms for r in first_pass[:max(concurrency, 1)] if r.ttft_ms is not None]
     return (sum(ttfts) / len(ttfts) if ttfts else None), len(ttfts)
+
+
+def figures(asked: str, table_bytes: float | None, resident_start: float | None,
+            records: Sequence[RequestRecord], level: Level) -> dict[str, object]:
+    """The level's `table_state`, `table_state_ttft_ms` and `table_state_requests`, as the
+    summary's host object and the explorer show them."""
+    ttft, count = first_ttft_ms(records, level)
+    return {"table_state": state_at_start(asked, table_bytes, resident_start),
+            "table_state_ttft_ms": None if ttft is None else round(ttft, 3),
+            "table_state_requests": count}

@@ -203,10 +203,8 @@ def _table_state(row: LevelRow, host: HostDict, asked: str, records: Sequence[Re
     """The state `run --table-state` set, on the level of the run's first pass: stored in its
     host figures with the TTFT of the requests that met it; a warning where cold was asked
     and the level did not start cold."""
-    host["table_state"] = cold_start.state_at_start(asked, host["table_bytes"],
-                                                    host["table_resident_bytes_start"])
-    ttft, count = cold_start.first_ttft_ms(records, first)
-    host["table_state_ttft_ms"], host["table_state_requests"] = _round(ttft), count
+    host.update(cast(HostDict, cold_start.figures(
+        asked, host["table_bytes"], host["table_resident_bytes_start"], records, first)))
     if host["table_state"] != cold_start.NOT_COLD:
         return []
     resident, size = host["table_resident_bytes_start"], host["table_bytes"]

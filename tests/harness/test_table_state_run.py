@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 import os
 
+import pandas as pd
+
+from explorer.data import host_levels
 from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.records import RequestRecord
 from harness.results.cold_start import NOT_COLD, first_level, first_ttft_ms, state_at_start
+from harness.results.store import Store
 from tests.harness.test_host_metrics_run import agent
 from tests.helpers import FAST, run_cli
 from tests.runners.test_host_agent import _agent, _table
@@ -93,3 +97,9 @@ def test_idle_waits_between_levels_and_says_the_residency_before_and_after(tmp_p
     assert "table state: warm on " in out and "read 0.1 MiB, 0.1 MiB of 0.1 MiB resident" in out
     idle = [ln for ln in out.splitlines() if ln.startswith("idle 0.2 s: the table's residency")]
     assert len(idle) == 1 and idle[0].endswith("went from 0.1 MiB to 0.1 MiB"), out
+    (run,) = Store(tmp_path / "bench.duckdb").runs()  # the explorer's host table: the same
+    host = host_levels(tmp_path / "bench.duckdb", run.run_id, pd.DataFrame())
+    states = dict(zip(host["concurrency"], host["table_state"], strict=True))
+    assert states[1] == "warm" and pd.isna(states[2])
+    assert (host["table_state_requests"].iloc[0], host["table_state_ttft_ms"].iloc[0] > 0) == \
+        (1, True)
