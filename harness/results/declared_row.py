@@ -8,3 +8,17 @@ from typing import TypedDict
 
 class DeclaredRow(TypedDict, total=False):
     """The declared figures' level statistics (harness.results.request_figures)."""
+
+    mean_ttfo_ms: float | None
+    p50_ttfo_ms: float | None
+    p90_ttfo_ms: float | None
+    p99_ttfo_ms: float | None
+    count_ttfo_missing: int
+    mean_reasoning_ms: float | None
+    p50_reasoning_ms: float | None
+    p99_reasoning_ms: float | None
+    mean_reasoning_tokens: float | None
+    values_reasoning_tokens_source: str | None
+    count_reasoning_over_completion: int
+    mean_answer_tps: float | None
+    p50_answer_tps: float | None

@@ -42,6 +42,7 @@ class RequestFigure:
     unit: str = ""
     statistics: tuple[Statistic, ...] = ("mean", "p50", "p90", "p99")
     format: str = "%.1f"  # the explorer's and the printed table's number format
+    header: str = ""  # the printed table's short name ("TTFO"); "": the label
     missing: bool = True
     old_rows: str | None = None
     missing_reason: str | None = None
@@ -57,8 +58,11 @@ class RequestFigure:
         """How the level's statistic is named and shown (harness.results.figure)."""
         counted = statistic in ("count", "values")
         label = f"{self.label} {statistic}" if statistic != "values" else self.label
-        return Figure(label, "" if counted else self.unit,
-                      header=f"{self.label} {statistic}" if statistic != "values" else self.label,
+        short = self.header or self.label
+        # as the other tables: "TTFT mean", then "p50", "p99" beside it
+        header = (short if counted else f"{short} mean" if statistic == "mean"
+                  else statistic if "mean" in self.statistics else f"{short} {statistic}")
+        return Figure(label, "" if counted else self.unit, header=header,
                       format="%d" if statistic == "count" else
                       "%s" if statistic == "values" else self.format,
                       summary=self.summary,
@@ -67,7 +71,28 @@ class RequestFigure:
 
 
 # The declared figures, in the order their columns and level statistics follow the rest.
-REQUEST_FIGURES: tuple[RequestFigure, ...] = ()
+REQUEST_FIGURES: tuple[RequestFigure, ...] = (
+    # the first token of the answer (content or a tool call), after any reasoning: TTFT where
+    # the stream did not reason, and what an older file's rows read
+    RequestFigure("ttfo_ms", "DOUBLE", "TTFO", "ms", old_rows="ttft_ms",
+                  missing_reason="ttfo_missing"),
+    # why a request has no TTFO though it streamed: it reasoned and never answered
+    RequestFigure("ttfo_missing", "VARCHAR", "no answer", statistics=("count",),
+                  header="no ans", announces=True),
+    RequestFigure("reasoning_ms", "DOUBLE", "reasoning time", "ms", ("mean", "p50", "p99"),
+                  header="reason", old_rows="CASE WHEN ttft_ms IS NOT NULL THEN 0.0 END"),
+    RequestFigure("reasoning_tokens", "INTEGER", "reasoning tokens", statistics=("mean",),
+                  header="reason tok", announces=True),
+    # "usage": completion_tokens_details.reasoning_tokens; "counted": from the stream's chunks
+    RequestFigure("reasoning_tokens_source", "VARCHAR", "reasoning tokens from",
+                  statistics=("values",), header="from"),
+    # the server reported more reasoning tokens than completion tokens (stored as reported)
+    RequestFigure("reasoning_over_completion", "BOOLEAN", "reasoning > completion",
+                  statistics=("count",), header="over", announces=True),
+    # the answer's own speed: its tokens (output less reasoning) over the time after TTFO
+    RequestFigure("answer_tps", "DOUBLE", "answer TPS", "tok/s", ("mean", "p50"),
+                  header="ans TPS"),
+)
 
 
 def level_figures(figures: Sequence[RequestFigure] = REQUEST_FIGURES) -> dict[str, Figure]:

@@ -545,6 +545,7 @@ def _fill(
     else:
         record.output_tokens = stream.chunks
         record.output_tokens_estimated = True
+    record.figures = stream.reasoning_figures(sent_ns, end_ns, record.output_tokens)
     # the inter-token figures are worked out by the results writer's process, off this loop
     record.chunk_offsets_ns = [t - sent_ns for t in times]
     record.chunk_tokens = stream.chunk_tokens

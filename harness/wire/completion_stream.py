@@ -1,17 +1,20 @@
 """Interprets OpenAI streaming chunks (chat and completions) as they arrive.
 
-Rules from docs/design.md: TTFT ends at the first delta carrying `content`, `reasoning_content` or
-`tool_calls`; output tokens come from `usage` when the server sends it, else from the count of
-content chunks (flagged as estimated, since one chunk may carry several tokens); cached prompt
-tokens from `usage.prompt_tokens_details.cached_tokens` where the server reports them. Each
-content chunk's arrival time is kept, and its tokens where every content chunk carries the
-cumulative `usage.completion_tokens` (vLLM's `continuous_usage_stats`), for the inter-token
-figures of harness.results.token_timing. After the first content chunk, a chunk without text
-whose usage grew counts too: its tokens decoded to no text yet (a partial character, a skipped
-special token), but the server sent them then, and the chunks' tokens add up to the
-request's. The
-answer's text is kept only when asked (`keep_text`: a multi-turn user resends it). A chunk whose
-fields have the wrong shape is a `malformed` fault, never an exception from the protocol
+Rules from docs/design.md: TTFT ends at the first delta carrying `content`, `reasoning_content`
+or `tool_calls`; TTFO (the first output token) at the first carrying the answer, `content` or
+`tool_calls`: a delta whose only text is `reasoning_content` or `reasoning` is reasoning, whose
+tokens come from `usage.completion_tokens_details.reasoning_tokens` where the server reports
+them, else from the reasoning chunks' per-chunk usage, else one a chunk; output tokens come
+from `usage` when the server sends it, else from the count of content chunks (flagged as
+estimated, since one chunk may carry several tokens); cached prompt tokens from
+`usage.prompt_tokens_details.cached_tokens` where the server reports them. Each content chunk's
+arrival time is kept, and its tokens where every content chunk carries the cumulative
+`usage.completion_tokens` (vLLM's `continuous_usage_stats`), for the inter-token figures of
+harness.results.token_timing. After the first content chunk, a chunk without text whose usage
+grew counts too: its tokens decoded to no text yet (a partial character, a skipped special
+token), but the server sent them then, and the chunks' tokens add up to the request's. The
+answer's text is kept only when asked (`keep_text`: a multi-turn user resends it). A chunk
+whose fields have the wrong shape is a `malformed` fault, never an exception from the protocol
 callback (which would store the request as `dropped`).
 """
 
@@ -33,6 +36,7 @@ class CompletionStream:
     """State of one streamed completion, fed `(data payload, arrival ns)` pairs."""
 
     __slots__ = (
+        "answer_at",
         "cached_tokens",
         "chunk_tokens",
         "chunks",
@@ -41,6 +45,8 @@ class CompletionStream:
         "finish_reason",
         "last_ns",
         "prompt_tokens",
+        "reasoning_chunks",
+        "reasoning_tokens",
         "saw_done",
         "text",
         "times_ns",
@@ -55,6 +61,9 @@ class CompletionStream:
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.cached_tokens: int | None = None
+        self.answer_at: int | None = None  # the first answer chunk's index in times_ns
+        self.reasoning_chunks = 0
+        self.reasoning_tokens: int | None = None  # usage.completion_tokens_details'
         self.text: list[str] | None = [] if keep_text else None
         self.finish_reason: str | None = None
         self.saw_done = False
@@ -87,6 +96,9 @@ class CompletionStream:
             details = usage.get("prompt_tokens_details")
             if isinstance(details, dict):
                 self.cached_tokens = _count(details, "cached_tokens", self.cached_tokens)
+            details = usage.get("completion_tokens_details")
+            if isinstance(details, dict):
+                self.reasoning_tokens = _count(details, "reasoning_tokens", self.reasoning_tokens)
         choices = obj.get("choices")
         if not choices:  # the final usage-only chunk has "choices": []
             return
@@ -104,10 +116,10 @@ class CompletionStream:
         if delta is not None:
             if not isinstance(delta, dict):
                 raise StreamFault("malformed", f"delta is not an object: {payload[:80]!r}")
-            text = (delta.get("content") or delta.get("reasoning_content")
-                    or delta.get("reasoning") or delta.get("tool_calls"))
+            answer = delta.get("content") or delta.get("tool_calls")
+            text = answer or delta.get("reasoning_content") or delta.get("reasoning")
         else:
-            text = choice.get("text")
+            text = answer = choice.get("text")
         if not text:
             if (self.times_ns and self.chunk_tokens is not None and chunk_usage is not None
                     and chunk_usage > self.counted):
@@ -121,6 +133,10 @@ class CompletionStream:
                 self.text.append(piece)
         if self.chunk_tokens is not None and chunk_usage is None:
             self.chunk_tokens = None
+        if not answer:
+            self.reasoning_chunks += 1
+        elif self.answer_at is None:
+            self.answer_at = len(self.times_ns)
         self._count_chunk(chunk_usage, now_ns)
 
     def _count_chunk(self, chunk_usage: int | None, now_ns: int) -> None:
@@ -131,6 +147,38 @@ class CompletionStream:
         self.times_ns.append(now_ns)
         self.last_ns = now_ns
         self.chunks += 1
+
+
+    def reasoning_figures(self, sent_ns: int, end_ns: int,
+                          output_tokens: int) -> dict[str, float | int | str | bool | None]:
+        """The answer's timing apart from the reasoning before it, once the stream has ended
+        (the declared figures of harness.results.request_figures): TTFO, or why there is none
+        (a stream that reasoned and never answered); the reasoning's time and tokens, and
+        where they were read; the answer's own tokens per second after TTFO; and whether the
+        server reported more reasoning tokens than completion tokens (stored as reported)."""
+        times = self.times_ns
+        if self.reasoning_tokens is not None:
+            tokens, source = self.reasoning_tokens, "usage"
+        elif self.chunk_tokens is not None and self.reasoning_chunks:
+            tokens, source = sum(self.chunk_tokens[:self.answer_at]), "counted"
+        else:
+            tokens, source = self.reasoning_chunks, "counted"
+        figures: dict[str, float | int | str | bool | None] = {
+            "reasoning_tokens": tokens, "reasoning_tokens_source": source,
+            "reasoning_over_completion": (source == "usage" and self.completion_tokens is not None
+                                          and tokens > self.completion_tokens)}
+        if self.answer_at is None:
+            if times:
+                figures["ttfo_missing"] = ("the stream ended inside its reasoning (finish_reason "
+                                           f"{self.finish_reason or 'none'})")
+            return figures
+        answer_ns = times[self.answer_at]
+        figures["ttfo_ms"] = (answer_ns - sent_ns) / 1e6
+        figures["reasoning_ms"] = (answer_ns - times[0]) / 1e6
+        answer_tokens = output_tokens - tokens
+        if end_ns > answer_ns and answer_tokens > 0:
+            figures["answer_tps"] = answer_tokens / ((end_ns - answer_ns) / 1e9)
+        return figures
 
 
 def _count(usage: dict, key: str, default: int | None) -> int | None:
