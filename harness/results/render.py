@@ -173,10 +173,11 @@ def _print_host(summary: Summary, console: Console) -> None:
     console.print(table, width=max(console.width, 132))
     for lv in levels:
         if (h := lv["host"]) and h.get("table_state"):
+            n = h["table_state_requests"]
             console.print(f"{row_name(lv)} started on a {h['table_state']} table "
-                          f"(--table-state): its first {h['table_state_requests']} requests' "
-                          f"TTFT mean {_fmt(h['table_state_ttft_ms'])} ms, the level's "
-                          f"{_fmt(lv.get('mean_ttft_ms'))} ms", highlight=False)
+                          f"(--table-state): TTFT of its first {n} request"
+                          f"{'' if n == 1 else 's'} {_fmt(h['table_state_ttft_ms'])} ms (mean), "
+                          f"the level's {_fmt(lv.get('mean_ttft_ms'))} ms", highlight=False)
 
 
 def _bytes(value: float | None) -> str:
