@@ -80,6 +80,10 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
                    help="TTFT target in ms")
     p.add_argument("--statistic", choices=STATISTICS, default=TARGETS.statistic,
                    help="mean, or pNN: TTFT at pNN and TPS at p(100-NN)")
+    p.add_argument("--ttft-of", default=TARGETS.ttft_of, metavar="first|output",
+                   help="which first token the TTFT target judges: the first of any kind "
+                        "(first, the published method) or the answer's, after any reasoning "
+                        "(output: TTFO)")
     p.add_argument("--chat-factor", type=float, default=TARGETS.chat_factor,
                    help="chat users per Max C")
     p.add_argument("--agentic-factor", type=float, default=TARGETS.agentic_factor,
@@ -311,6 +315,6 @@ def targets(args: argparse.Namespace) -> Targets:
     try:
         return Targets(args.tps_min, args.ttft_max_ms, args.statistic, args.chat_factor,
                        args.agentic_factor, getattr(args, "slo", None),
-                       getattr(args, "min_goodput", None))
+                       getattr(args, "min_goodput", None), args.ttft_of)
     except ValueError as exc:
         raise UserError(str(exc)) from None

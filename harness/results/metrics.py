@@ -20,6 +20,9 @@ from harness.results.send_lag import SendLag, send_lag
 from harness.results.token_timing import pooled_itl
 
 STATISTICS = ("mean", "p50", "p90", "p99")
+# which first token the TTFT target judges: the first of any kind (the published method), or
+# the answer's first (TTFO, after any reasoning)
+TTFT_OF = ("first", "output")
 COUNT = "%d"  # the explorer's format of a count
 PROMPT_TOLERANCE = 0.05  # per-level prompt-token means must land within this of the target
 
@@ -263,10 +266,14 @@ class Targets:
     agentic_factor: float = USERS_PER_MAX_C["agentic"]
     slo: Slo | None = None  # per-request objectives for goodput (none by default)
     min_goodput: float | None = None  # a level passes only if this share met `slo`
+    ttft_of: str = "first"  # TTFT_OF: "output" judges the TTFT target on TTFO
 
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}")
+        if self.ttft_of not in TTFT_OF:
+            raise ValueError(f"--ttft-of is first (the first token of any kind) or output "
+                             f"(the answer's first, after any reasoning), not {self.ttft_of!r}")
         # written so that NaN fails every check: `not (NaN >= 0)`
         if not (0 <= self.tps_min < math.inf) or not self.ttft_max_ms > 0:
             raise ValueError("the TPS target must be a finite number >= 0 and the TTFT target "
@@ -303,10 +310,19 @@ FIGURE_FIELDS = ("mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
                  "mean_tps", "p50_tps", "p10_tps", "p1_tps")
 
 
-def point(stats: LevelStats, statistic: str = "mean") -> LevelPoint:
+def judged_fields(statistic: str, ttft_of: str = "first") -> tuple[str, str]:
+    """The level figures the TTFT and TPS targets judge: with `ttft_of` "output", TTFO's at
+    the statistic (a declared figure, harness.results.request_figures) in TTFT's place."""
     ttft_field, tps_field = STATISTIC_FIELDS[statistic]
-    return LevelPoint(stats.concurrency, getattr(stats, ttft_field), getattr(stats, tps_field),
-                      stats.errors, stats.goodput_share)
+    return (ttft_field.replace("_ttft_", "_ttfo_") if ttft_of == "output" else ttft_field,
+            tps_field)
+
+
+def point(stats: LevelStats, statistic: str = "mean", ttft_of: str = "first") -> LevelPoint:
+    ttft_field, tps_field = judged_fields(statistic, ttft_of)
+    ttft = stats.value(ttft_field)
+    return LevelPoint(stats.concurrency, ttft if isinstance(ttft, float) else None,
+                      getattr(stats, tps_field), stats.errors, stats.goodput_share)
 
 
 @dataclass(slots=True, frozen=True)
@@ -423,7 +439,8 @@ def rate_capacity(stats: Iterable[LevelStats], targets: Targets | None = None) -
     """Judge rate levels by the Max C rules; users are left out, as they need a concurrency."""
     targets = targets or Targets()
     rated = sorted(((s.rate, s) for s in stats if s.rate is not None), key=lambda rs: rs[0])
-    verdicts = [(rate, judge(point(s, targets.statistic), targets)) for rate, s in rated]
+    verdicts = [(rate, judge(point(s, targets.statistic, targets.ttft_of), targets))
+                for rate, s in rated]
     max_rate = max((r for r, v in verdicts if v.passes), default=0.0)
     warnings = [f"R={rate:g} req/s: {s.lag_warning}" for rate, s in rated if s.lag_warning]
     failed_below = [r for r, v in verdicts if not v.passes and r < max_rate]

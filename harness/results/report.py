@@ -186,7 +186,7 @@ def summarise(
         "input_tokens": run.input_tokens, "measured_input_tokens": run.measured_input_tokens,
         "output_tokens": run.output_tokens,
         "targets": cast(TargetsDict, asdict(targets)), "statistic": targets.statistic,
-        "judged": judged(targets.statistic), "levels": levels,
+        "judged": judged(targets.statistic, targets.ttft_of), "levels": levels,
     }
     summary.update(found)
     summary["turns"] = turns if len(turns) > 1 else None
@@ -328,7 +328,8 @@ def _concurrency_levels(
 ) -> tuple[list[LevelRow], Summary, list[str]]:
     """Per-level rows, Max C with users, and warnings of a closed or burst run."""
     users_levels = level_key(run.mode) == "U"
-    cap = capacity([point(s, targets.statistic) for s in stats], targets, users_levels)
+    cap = capacity([point(s, targets.statistic, targets.ttft_of) for s in stats], targets,
+                   users_levels)
     verdicts = {v.concurrency: v for v in cap.levels}
     levels = [_level_row(s, verdicts[s.concurrency], SUMMARY_LEVEL_FIELDS, targets)
               for s in stats]
@@ -373,7 +374,7 @@ def repeat_agreement(records: Sequence[RequestRecord], output_target: int,
             by_repeat.setdefault(r.repeat, []).append(r)
     if len(by_repeat) < 2:
         return None
-    max_cs = [capacity([point(s, targets.statistic)
+    max_cs = [capacity([point(s, targets.statistic, targets.ttft_of)
                         for s in stats_by_level(rs, output_target, targets.slo)],
                        targets).max_c
               for _, rs in sorted(by_repeat.items())]
@@ -423,7 +424,7 @@ def _trace_levels(run: RunRow, stats: Sequence[LevelStats], records: Sequence[Re
     sustained speedup (the search's, with how it was found), each level over the trace's time
     axis, and warnings."""
     timed = sorted((s for s in stats if s.speedup is not None), key=lambda s: s.speedup or 0.0)
-    verdicts = {cast(float, s.speedup): judge(point(s, targets.statistic), targets)
+    verdicts = {cast(float, s.speedup): judge(point(s, targets.statistic, targets.ttft_of), targets)
                 for s in timed}
     fields = (*RATE_LEVEL_FIELDS, *SUMMARY_LEVEL_FIELDS)
     levels = [_level_row(s, verdicts[cast(float, s.speedup)], fields, targets) for s in timed]
@@ -481,7 +482,7 @@ def search_plan(store: Store, run_id: str, config: RunConfig,
         return None
     records = store.requests(run_id)
     stats = stats_by_level(records, config.output_tokens, targets.slo)
-    verdicts = outcomes([point(s, targets.statistic) for s in stats], targets)
+    verdicts = outcomes([point(s, targets.statistic, targets.ttft_of) for s in stats], targets)
     unsettled: set[int] = set()
     users_levels = level_key(config.mode) == "U"
     if users_levels:

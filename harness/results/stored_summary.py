@@ -53,5 +53,5 @@ def _paired_max_c(store: Store, run: RunRow, targets: Targets) -> tuple[str, int
         return None
     stats = stats_by_level(store.requests(paired.run_id), cast(int, paired.output_tokens),
                            targets.slo)
-    return paired.run_id, capacity([point(s, targets.statistic) for s in stats],
+    return paired.run_id, capacity([point(s, targets.statistic, targets.ttft_of) for s in stats],
                                    targets).max_c

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from harness.results.declared_row import DeclaredRow
-from harness.results.metrics import STATISTIC_FIELDS, level_label
+from harness.results.metrics import judged_fields, level_label
 
 
 class TargetsDict(TypedDict):
@@ -19,6 +19,7 @@ class TargetsDict(TypedDict):
     agentic_factor: float
     slo: dict[str, float | None] | None  # ttft_ms, tpot_ms, e2e_ms: None where not set
     min_goodput: float | None
+    ttft_of: str  # which first token the TTFT target judged: "first", or "output" (TTFO)
 
 
 class IntervalDict(TypedDict):
@@ -262,9 +263,10 @@ class Summary(TypedDict, total=False):
     warnings: list[str]
 
 
-def judged(statistic: str) -> JudgedDict:
-    """The two figures the named statistic judges."""
-    ttft, tps = STATISTIC_FIELDS[statistic]
+def judged(statistic: str, ttft_of: str = "first") -> JudgedDict:
+    """The two figures the named statistic judges: TTFO in TTFT's place with `ttft_of`
+    "output"."""
+    ttft, tps = judged_fields(statistic, ttft_of)
     return {"ttft": ttft, "tps": tps}
 
 

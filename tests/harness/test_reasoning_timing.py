@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import duckdb
 import httpx
@@ -174,3 +175,42 @@ def test_stored_ttfo_against_the_fake_servers_clock(mock_process, tmp_path):
         assert level["mean_reasoning_tokens"] == 12
         assert level["values_reasoning_tokens_source"] == "usage"
         assert level["mean_ttfo_ms"] > level["mean_ttft_ms"]
+
+
+def _reasoning_run(tmp_path) -> Path:
+    """Levels 1-3 that all meet the targets on TTFT, while the answer's first token comes
+    500 ms per request in flight after it: TTFO passes 1,000 ms at C=1 only."""
+    records = make_records(levels=(1, 2, 3))
+    for r in records:
+        r.figures = {"ttfo_ms": r.ttft_ms + 500 * r.concurrency,
+                     "reasoning_ms": 500.0 * r.concurrency, "reasoning_tokens": 40,
+                     "reasoning_tokens_source": "usage"}
+    store = Store(tmp_path / "bench.duckdb")
+    store.initialise()
+    store.create_run(RunRow(run_id="run-a", status="complete", mode="closed", levels=[1, 2, 3],
+                            rounds=3, output_tokens=128, config="{}"))
+    store.write_requests("run-a", records)
+    return store.path
+
+
+def test_ttft_of_output_judges_max_c_on_ttfo(tmp_path):
+    db = str(_reasoning_run(tmp_path))
+    found = {}
+    for choice in ("first", "output"):
+        proc = run_cli("summary", "--db", db, "--json", "--ttft-of", choice)
+        assert proc.returncode == 0, proc.stderr
+        found[choice] = json.loads(proc.stdout)
+    assert found["first"]["max_c"] == 3 and found["output"]["max_c"] == 1
+    assert found["first"]["judged"]["ttft"] == "mean_ttft_ms"
+    assert found["output"]["judged"]["ttft"] == "mean_ttfo_ms"
+    assert found["output"]["targets"]["ttft_of"] == "output"
+    default = json.loads(run_cli("summary", "--db", db, "--json").stdout)
+    assert default["max_c"] == 3 and default["targets"]["ttft_of"] == "first"
+    printed = run_cli("summary", "--db", db, "--ttft-of", "output").stdout
+    assert "Max C = 1" in printed and "TTFO <= 1000 ms" in printed
+
+
+def test_ttft_of_anything_else_is_refused_in_one_sentence(tmp_path):
+    proc = run_cli("summary", "--db", str(_reasoning_run(tmp_path)), "--ttft-of", "last")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--ttft-of is first" in proc.stderr and proc.stderr.strip().count("\n") == 0

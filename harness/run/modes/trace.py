@@ -371,7 +371,7 @@ class Timed(_Replay):
 def _verdicts(records: Sequence[RequestRecord], config: RunConfig,
               targets: Targets) -> dict[float, bool]:
     """Whether each timed level met the targets (Max C's rule), by speedup."""
-    return {s.speedup: judge(point(s, targets.statistic), targets).passes
+    return {s.speedup: judge(point(s, targets.statistic, targets.ttft_of), targets).passes
             for s in stats_by_level(records, config.output_tokens, targets.slo)
             if s.speedup is not None}
 
