@@ -214,3 +214,14 @@ def test_ttft_of_anything_else_is_refused_in_one_sentence(tmp_path):
     proc = run_cli("summary", "--db", str(_reasoning_run(tmp_path)), "--ttft-of", "last")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--ttft-of is first" in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+def test_a_later_turn_is_sent_the_answer_without_its_reasoning():
+    """Multi-turn and users modes resend a turn's reply (`keep_text`): the answer only, as the
+    models' chat templates drop the reasoning from the history."""
+    stream = CompletionStream(keep_text=True)
+    for i, payload in enumerate([_chunk({"reasoning_content": "First, think."}),
+                                 _chunk({"reasoning": " More."}), _chunk({"content": "Four"}),
+                                 _chunk({"content": "."}), b"[DONE]"]):
+        stream.add(payload, (i + 1) * MS)
+    assert "".join(stream.text or []) == "Four."
