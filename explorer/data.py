@@ -24,7 +24,14 @@ from harness.results import cold_start, users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.goodput import Slo
 from harness.results.host_figures import level_host
-from harness.results.metrics import STATISTIC_FIELDS, LevelPoint, Targets, capacity, level_key
+from harness.results.metrics import (
+    STATISTIC_FIELDS,
+    LevelPoint,
+    Targets,
+    capacity,
+    judged_fields,
+    level_key,
+)
 from harness.results.report import level_intervals
 from harness.results.run_row import RunRow
 from harness.results.server_metrics import OFFLOAD, MetricRow, level_figures
@@ -361,12 +368,18 @@ def published_runs() -> pd.DataFrame:
     return meta.merge(caps, on="run_id", how="left")
 
 
-def points(levels_frame: pd.DataFrame, statistic: str = "mean") -> dict[str, list[LevelPoint]]:
-    """Per run, the figures capacity judges (TTFT at pNN, TPS at p(100-NN), errors)."""
-    ttft_col, tps_col = STATISTIC_FIELDS[statistic]
+def points(levels_frame: pd.DataFrame, statistic: str = "mean",
+           ttft_of: str = "first") -> dict[str, list[LevelPoint]]:
+    """Per run, the figures capacity judges (TTFT at pNN, or TTFO with `ttft_of` "output",
+    TPS at p(100-NN), errors). A run without TTFO (published) reads its TTFT for it, as an
+    upgraded results file's rows do."""
+    ttft_col, tps_col = judged_fields(statistic, ttft_of)
+    first_col = STATISTIC_FIELDS[statistic][0]
     out: dict[str, list[LevelPoint]] = {}
     for row in levels_frame.to_dict("records"):
-        ttft = row.get(ttft_col, row.get("mean_ttft_ms"))
+        ttft = row.get(ttft_col)
+        if ttft is None or pd.isna(ttft):
+            ttft = row.get(first_col, row.get("mean_ttft_ms"))
         tps = row.get(tps_col, row.get("mean_tps"))
         out.setdefault(row["run_id"], []).append(LevelPoint(
             int(row["concurrency"]), None if pd.isna(ttft) else float(ttft),
@@ -387,7 +400,7 @@ def capacity_table(levels_frame: pd.DataFrame, targets: Targets) -> pd.DataFrame
     """Max C, users and the verdict line for every run in the frame, via harness.results.metrics."""
     probes = probe_levels(levels_frame)
     rows = []
-    for run_id, pts in points(levels_frame, targets.statistic).items():
+    for run_id, pts in points(levels_frame, targets.statistic, targets.ttft_of).items():
         cap = capacity(pts, targets)
         rows.append({"run_id": run_id, "max_c": cap.max_c, "chat_users": cap.chat_users,
                      "agentic_users": cap.agentic_users,
@@ -475,7 +488,7 @@ def users_table(levels_frame: pd.DataFrame, runs_frame: pd.DataFrame,
     with U as the concurrency, the Max C targets), the duty cycle measured there, and the
     estimate from the paired run's Max C by `harness.results.users.estimate`, with the
     measured users per Max C. The frame must hold the paired runs' levels too."""
-    pts = points(steady_levels(levels_frame), targets.statistic)
+    pts = points(steady_levels(levels_frame), targets.statistic, targets.ttft_of)
     settings = runs_frame.set_index("run_id")
     rows = []
     for run_id, paired in pairs.items():

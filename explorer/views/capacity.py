@@ -5,19 +5,22 @@ of a closed run of the same setup (by the chat or agentic factor set here)."""
 import streamlit as st
 
 from explorer import data, tables, ui
-from harness.results.metrics import STATISTICS, Targets
+from harness.results.metrics import STATISTICS, TTFT_OF, Targets
 
 st.title("Capacity")
 current = ui.targets()
-cols = st.columns(5)
+cols = st.columns(6)
 tps_min = cols[0].number_input("TPS per request >=", 0.0, 10_000.0, current.tps_min, 1.0)
 ttft_max = cols[1].number_input("TTFT (ms) <=", 1.0, 600_000.0, current.ttft_max_ms, 50.0)
 statistic = cols[2].selectbox("statistic", STATISTICS, STATISTICS.index(current.statistic),
                               help="pNN: TTFT at pNN and TPS at p(100-NN); published runs "
                                    "have means only")
-chat = cols[3].number_input("chat users per C", 0.0, 100.0, current.chat_factor, 0.5)
-agentic = cols[4].number_input("agentic users per C", 0.0, 100.0, current.agentic_factor, 0.5)
-targets = Targets(tps_min, ttft_max, statistic, chat, agentic)
+ttft_of = cols[3].selectbox("TTFT of", TTFT_OF, TTFT_OF.index(current.ttft_of),
+                            help="first: the first token of any kind (the published method); "
+                                 "output: the answer's first, after any reasoning (TTFO)")
+chat = cols[4].number_input("chat users per C", 0.0, 100.0, current.chat_factor, 0.5)
+agentic = cols[5].number_input("agentic users per C", 0.0, 100.0, current.agentic_factor, 0.5)
+targets = Targets(tps_min, ttft_max, statistic, chat, agentic, ttft_of=ttft_of)
 st.session_state["targets"] = targets
 
 labels = ui.run_labels()

@@ -82,7 +82,7 @@ else:
                        "others against concurrency C: a user thinks between requests, so U "
                        "users load the server less than C=U.")
         passing = set()
-        for run_id, pts in data.points(levels, targets.statistic).items():
+        for run_id, pts in data.points(levels, targets.statistic, targets.ttft_of).items():
             passing |= {(run_id, v.concurrency) for v in capacity(pts, targets).levels if v.passes}
         path, version = ui.database()
         bands = _bands(str(path), version, tuple(selected))

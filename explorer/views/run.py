@@ -320,7 +320,7 @@ else:
         users = level_key(run.get("mode")) == "U"  # a level is a user count U
         user_runs = {run_id} if users else set()
         judged = data.steady_levels(levels) if users else levels  # users: steady levels only
-        points = data.points(judged, targets.statistic).get(run_id, [])
+        points = data.points(judged, targets.statistic, targets.ttft_of).get(run_id, [])
         cap = capacity(points, targets, users_levels=users)
         passing = {(run_id, v.concurrency) for v in cap.levels if v.passes}
         if users:
