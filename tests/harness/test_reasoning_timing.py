@@ -155,12 +155,12 @@ def test_stored_ttfo_against_the_fake_servers_clock(mock_process, tmp_path):
                        "--log-chunks")
     db = tmp_path / "bench.duckdb"
     proc = run_cli("run", "--url", url, "--model", "mock-model", "--levels", "1,8",
-                   "--rounds", "2", "--output-tokens", "20", "--json", "--db", str(db))
+                   "--rounds", "6", "--output-tokens", "20", "--json", "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     server = {t["request_id"]: t for t in httpx.get(url[:-3] + "/mock/timings").json()}
     records = Store(db).requests(out["run_id"])
-    assert len(records) == 18 and all(r.ok for r in records)
+    assert len(records) == 54 and all(r.ok for r in records)
     for concurrency in (1, 8):
         errors = []
         for r in (r for r in records if r.concurrency == concurrency):
