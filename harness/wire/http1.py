@@ -92,9 +92,15 @@ class ResponseParser:
             size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
             if not size_text or not _HEX_DIGITS.issuperset(size_text):
                 raise ProtocolError(f"bad chunk size {size_text[:20]!r}")
-            self._chunk_left = int(size_text, 16)
-            del buf[: end + 2]
-            self._state = "chunk_data" if self._chunk_left else "trailer"
+            size = int(size_text, 16)
+            start = end + 2
+            if size and buf[start + size:start + size + 2] == b"\r\n":  # the chunk is whole
+                out += buf[start:start + size]  # (a stream's usual case: one step, one cut)
+                del buf[:start + size + 2]
+                return True
+            self._chunk_left = size
+            del buf[:start]
+            self._state = "chunk_data" if size else "trailer"
             return True
         if state == "chunk_data":
             if not buf:
