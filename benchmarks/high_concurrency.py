@@ -4,14 +4,19 @@ across processes (what `--workers auto` picks, at least two), and across as many
 fake servers that share one port (`--reuse-port`, one process per CPU, each logging its own
 timing at a control port).
 
-Per row: the TTFT bias (the harness's TTFT minus the server's own, from the logs), the TPS
-error against the server's, the harness's CPU per streamed chunk (every load process and the
-main one, over the level), and its self-check: the loop lag p50/p99 of the worst process, how
-late its first tokens were read (the kernel's TCP_INFO), and whether the level was flagged
-client-bound. Part of `make bench-harness`.
+Per row: the TTFT bias (the harness's TTFT minus the server's own, from the logs) and where
+it arose: the servers reading the request late (a server's body read minus the harness's
+send: their queue, on CPUs the load shares) and the harness reading the first token late (its
+first-token time minus the server's write: its own error); the TPS error against the
+server's, the harness's CPU per streamed chunk (every load process and the main one, over the
+level), and its self-check: the loop lag p50/p99 of the worst process, how late its first
+tokens were read (the kernel's TCP_INFO), and whether the level was flagged client-bound. The
+output opens with the date, the CPU (/proc/cpuinfo) and the load around the run, and ends with
+each level and load's means where a level ran more than once, ready for
+docs/studies/accuracy.md. Part of `make bench-harness`.
 
     .venv/bin/python -m benchmarks.high_concurrency [--levels 512,1024,2048] [--rounds 2]
-        [--no-ray]
+        [--servers N] [--no-ray]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 from statistics import fmean
 
 from benchmarks.cells import cell
+from benchmarks.machine import machine_line
 from harness.config import RunConfig
 from harness.results.store import Store
 from harness.run import aio
@@ -77,13 +83,16 @@ def level(url: str, c: int, workers: int, cluster: Cluster | None, args: argpars
     server_log(controls)  # calibration's requests left out
     result = aio.run(execute(config, Endpoint(url), store, LevelProgress(enabled=False),
                              new_run_id(), cluster=cluster))
-    outcome = result.outcomes[0]
+    outcome, clock = result.outcomes[0], result.clock
     log = server_log(controls)
-    bias, tps_err = [], []
+    bias, tps_err, request_late, read_late = [], [], [], []
     for r in outcome.records:
         t = log.get(r.request_id)
-        if r.ok and t and t["first_write"]:
+        if r.ok and r.ttft_ms is not None and t and t["first_write"]:
+            sent = r.sent_at - clock.anchor_wall + clock.anchor_ns / 1e9  # monotonic, as t's
             bias.append(r.ttft_ms - (t["first_write"] - t["body_read"]) * 1000)
+            request_late.append((t["body_read"] - sent) * 1000)
+            read_late.append((sent + r.ttft_ms / 1000 - t["first_write"]) * 1000)
             server_tps = t["tokens"] / (t["last_write"] - t["body_read"])
             tps_err.append(abs((r.tps or 0) - server_tps) / server_tps)
     check = outcome.client
@@ -93,6 +102,8 @@ def level(url: str, c: int, workers: int, cluster: Cluster | None, args: argpars
     return {"c": c, "load": load, "requests": len(outcome.records),
             "errors": sum(1 for r in outcome.records if not r.ok),
             "bias": fmean(bias) if bias else None, "tps_err": fmean(tps_err) if tps_err else None,
+            "request_late": fmean(request_late) if request_late else None,
+            "read_late": fmean(read_late) if read_late else None,
             "cpu_us": outcome.cpu_s / max(outcome.chunks, 1) * 1e6,
             "lag_p50": check.loop_lag_p50_ms, "lag_p99": check.loop_lag_p99_ms,
             "read_lag": check.read_lag_mean_ms, "flagged": check.client_bound}
@@ -128,19 +139,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--itl-ms", type=float, default=40.0)
+    parser.add_argument("--servers", type=int, default=os.cpu_count() or 1,
+                        help="fake server processes (default: one per CPU)")
     parser.add_argument("--no-ray", dest="ray", action="store_false",
                         help="leave out the arm on a local Ray cluster")
     args = parser.parse_args()
     cpus = os.cpu_count() or 1
-    procs, url, controls = start_servers(cpus, ("--ttft-ms", "100", "--itl-ms",
-                                                str(args.itl_ms)))
+    load_at_start = os.getloadavg()[0]
+    procs, url, controls = start_servers(args.servers, ("--ttft-ms", "100", "--itl-ms",
+                                                        str(args.itl_ms)))
     rows = []
     with contextlib.ExitStack() as stack:
         stack.callback(_stop, procs)
         cluster = stack.enter_context(_local_ray(cpus)) if args.ray else None
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for k, c in enumerate(int(x) for x in args.levels.split(",")):
-            # the split: what --workers auto picks, at least two (at C=512 auto keeps one)
+            # the split: what --workers auto picks, at least two (at C=512, or beside a server
+            # on this host with few CPUs, auto keeps one)
             many = max(2, auto(RunConfig(url=url, model=MODEL, levels=(c,),
                                          max_concurrency=c))[0])
             arms: list[tuple[int, Cluster | None]] = [(1, None), (many, None)]
@@ -149,16 +164,49 @@ def main() -> None:
             for n, (workers, on) in enumerate(arms[k % len(arms):] + arms[:k % len(arms)]):
                 rows.append(level(url, c, workers, on, args, tmp / f"{c}-{n}.duckdb", controls))
                 print(f"C={c}: {rows[-1]['load']} done", file=sys.stderr)
-    print(f"\n{cpus} CPUs; fake servers: {cpus} processes on one port, TTFT 100 ms, ITL "
-          f"{args.itl_ms:g} ms, {args.tokens} tokens; {args.rounds} rounds per level")
-    print("| C | load | requests | errors | TTFT bias ms | TPS error | CPU us/chunk "
-          "| loop lag p50 / p99 ms | first-token read lag ms | client-bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    report(rows, args, machine_line(load_at_start))
+
+
+def report(rows: list[dict], args: argparse.Namespace, machine: str) -> None:
+    """The rows in the order run, then the means of each level and load that ran more than
+    once: markdown for docs/studies/accuracy.md."""
+    servers = f"{args.servers} process{'es' if args.servers > 1 else ''}"
+    print(f"\n{machine}; fake servers: {servers} on one port, TTFT 100 ms, ITL "
+          f"{args.itl_ms:g} ms, {args.tokens} tokens; {args.rounds} rounds per level\n")
+    print("| C | load | requests | errors | TTFT bias ms | server read late ms | harness read "
+          "late ms | TPS error | CPU us/chunk | loop lag p50 / p99 ms | first-token read lag "
+          "ms | client-bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['c']} | {r['load']} | {r['requests']} | {r['errors']} | "
-              f"{cell(r['bias'], '+.2f')} | {cell(r['tps_err'], '.2%')} | "
+              f"{cell(r['bias'], '+.2f')} | {cell(r['request_late'], '+.2f')} | "
+              f"{cell(r['read_late'], '+.2f')} | {cell(r['tps_err'], '.2%')} | "
               f"{r['cpu_us']:.1f} | {cell(r['lag_p50'], '.2f')} / {cell(r['lag_p99'], '.1f')} "
               f"| {cell(r['read_lag'], '.2f')} | {'yes' if r['flagged'] else 'no'} |")
+    runs: dict[tuple[int, str], list[dict]] = {}
+    for r in rows:
+        runs.setdefault((r["c"], r["load"]), []).append(r)
+    repeated = {key: rs for key, rs in runs.items() if len(rs) > 1}
+    if not repeated:
+        return
+    print("\nMeans of the levels that ran more than once (the runs' range):\n")
+    print("| C | load | runs | TTFT bias ms | server read late ms | harness read late ms | "
+          "CPU us/chunk | flagged |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (c, load), rs in sorted(repeated.items()):
+        print(f"| {c} | {load} | {len(rs)} | {_span(rs, 'bias', '+.1f')} | "
+              f"{_span(rs, 'request_late', '+.1f')} | {_span(rs, 'read_late', '+.1f')} | "
+              f"{_span(rs, 'cpu_us', '.1f')} | {sum(1 for r in rs if r['flagged'])} of "
+              f"{len(rs)} |")
+
+
+def _span(rows: list[dict], key: str, spec: str) -> str:
+    """The rows' mean of one figure and its range."""
+    values = [r[key] for r in rows if r[key] is not None]
+    if not values:
+        return "-"
+    return (f"{format(fmean(values), spec)} ({format(min(values), spec)} .. "
+            f"{format(max(values), spec)})")
 
 
 if __name__ == "__main__":
