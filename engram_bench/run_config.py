@@ -78,7 +78,8 @@ def ray_cluster(args: argparse.Namespace) -> Cluster | None:
 def config_for(args: argparse.Namespace, store: Store,
                cluster: Cluster | None = None) -> tuple[RunConfig, str | None]:
     """A new run's config from flags, or a resumed run's stored config (URL and the Ray
-    cluster may change); `cluster`: the one `--ray` joined."""
+    cluster may change), checked by its mode here, the once a run is; `cluster`: the one
+    `--ray` joined."""
     if not args.resume:
         return _new_config(args, cluster), None
     run = store.run(args.resume)
@@ -98,7 +99,7 @@ def config_for(args: argparse.Namespace, store: Store,
                                  host_metrics=args.host_metrics), cluster)
     if args.url:
         config = replace(config, url=args.url, server_args=())
-    return config, run.run_id
+    return modes.check(config), run.run_id
 
 
 def _on_cluster(config: RunConfig, cluster: Cluster | None) -> RunConfig:
@@ -133,8 +134,9 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         prof = profile(args.device)
         levels = prof.default_levels
         engine = engines.chosen(args)
-        server_args = engine.server_args(args, prof)
-        placement = engine.table_placement(args, prof)
+        options = engine.options(args)  # its own flags, read here once
+        server_args = engine.server_args(options, prof)
+        placement = engine.table_placement(options, prof)
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api,
         levels=args.levels or mode.default_levels(levels, args),
@@ -148,11 +150,12 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         server_metrics=args.server_metrics, host_metrics=args.host_metrics, search=args.search,
         table_state=args.table_state, warm_budget_gb=args.warm_budget_gb, idle_s=args.idle,
         max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,
-        keep_going=args.keep_going, token_times=args.token_times, **modes.read_flags(args),
+        keep_going=args.keep_going, token_times=args.token_times, ray=args.ray,
+        workers=1 if args.workers == "auto" else args.workers, **modes.read_flags(args),
     )
-    config = modes.check(replace(config, ray=args.ray))
-    count = (auto_workers(config, cluster)[0] if args.workers == "auto" else args.workers)
-    config = modes.check(replace(config, workers=count)) if count > 1 else config
+    config = modes.check(config)  # the one check: `auto` gives more than 1 only where it splits
+    if args.workers == "auto":
+        config = replace(config, workers=auto_workers(config, cluster)[0])
     return _on_cluster(config, cluster)
 
 

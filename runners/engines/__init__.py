@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 from runners.engines import engram, vllm
 from runners.engines.base import EngineFlagError, ManagedEngine
 
-ENGINES: dict[str, ManagedEngine] = {engine.name: engine for engine in (
+ENGINES: dict[str, ManagedEngine[Any]] = {engine.name: engine for engine in (
     engram.ENGINE,
     vllm.ENGINE,
 )}
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         engine.add_arguments(parser)
 
 
-def chosen(args: argparse.Namespace) -> ManagedEngine:
+def chosen(args: argparse.Namespace) -> ManagedEngine[Any]:
     """The engine --bundled names (the default without it); another engine's flags given
     with it are refused in one sentence naming them."""
     engine = ENGINES[args.bundled] if args.bundled else DEFAULT
@@ -47,7 +48,7 @@ def chosen(args: argparse.Namespace) -> ManagedEngine:
     return engine
 
 
-def engine_of(server_args: Sequence[str]) -> ManagedEngine:
+def engine_of(server_args: Sequence[str]) -> ManagedEngine[Any]:
     """The engine a run's stored server args start."""
     for engine in ENGINES.values():
         if engine.owns(server_args):

@@ -1,26 +1,28 @@
 """What a managed engine is: a server `run --device` starts itself (the bundled Engram server,
 vLLM ...), each engine one module of this package, named in its registry (runners.engines).
-An engine declares its name, what it needs installed, the server args a run stores, which
-stored args are its own, and how its server is started and stopped."""
+An engine declares its name, what it needs installed, its own `run` flags and the typed
+options it reads them into (once, at the CLI's call), the server args a run stores from those
+options, which stored args are its own, and how its server is started and stopped."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from runners.lifecycle import ManagedServer
 from runners.profiles import DeviceProfile
 
 Say = Callable[[str], None]
+Options = TypeVar("Options")  # an engine's own flags, typed (a frozen dataclass of them)
 
 
 class EngineFlagError(ValueError):
     """A run flag that sets up another engine than the one chosen; one sentence."""
 
 
-class ManagedEngine:
+class ManagedEngine(Generic[Options]):
     """A managed engine. `flags`: the `run` flags (argparse dests) that set up this engine
     only, refused with any other (those `add_arguments` adds, and any shared flag it alone
     reads); `extra`: the engram-bench extra this process needs to start it (None: it brings
@@ -38,12 +40,17 @@ class ManagedEngine:
         """The `run` flags that set up this engine only (their dests listed in `flags`);
         unset, each is None, so `given_flags` sees what the user typed."""
 
-    def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
+    def options(self, args: argparse.Namespace) -> Options:
+        """Its own flags (and any shared flag it alone reads), read once, at the CLI's call:
+        nothing else of the engine sees the parsed command line."""
+        raise NotImplementedError
+
+    def server_args(self, options: Options, device: DeviceProfile) -> tuple[str, ...]:
         """What a run stores to start (and, resumed, start again) this engine's server; led
         by its name, so `owns` knows them again."""
         raise NotImplementedError
 
-    def table_placement(self, args: argparse.Namespace, device: DeviceProfile) -> str:
+    def table_placement(self, options: Options, device: DeviceProfile) -> str:
         """The table placement a run records (none for an engine without an Engram table)."""
         return ""
 

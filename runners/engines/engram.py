@@ -8,6 +8,7 @@ import contextlib
 import json
 import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from common import stats_keys
 from common.flag_types import fraction, positive_float
@@ -18,7 +19,22 @@ from runners.profiles import DeviceProfile
 DEFAULT_PRESET = "qwen-mini"
 
 
-class Engram(ManagedEngine):
+@dataclass(frozen=True, slots=True)
+class EngramOptions:
+    """The bundled server's `run` flags as given (None: unset, so the server's own default
+    holds); `placement` is the shared --placement, which only this engine reads."""
+
+    placement: str | None = None
+    io: str | None = None
+    table_size_gb: float | None = None
+    preset: str | None = None
+    cache_ratio: float | None = None
+    page_cache_gb: float | None = None
+    cache_state: str | None = None
+    decode: str | None = None
+
+
+class Engram(ManagedEngine[EngramOptions]):
     name = "engram"
     help = "the bundled Engram server"
     title = "the bundled Engram server"
@@ -49,19 +65,24 @@ class Engram(ManagedEngine):
                             help="bundled server: output tokens (default: replay, a natural "
                                  "token stream)")
 
-    def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
+    def options(self, args: argparse.Namespace) -> EngramOptions:
+        return EngramOptions(**{dest: getattr(args, dest, None) for dest in self.flags})
+
+    def server_args(self, options: EngramOptions, device: DeviceProfile) -> tuple[str, ...]:
         """`engram-bench serve` flags; its decode defaults to replay here, and flags left
         unset are not passed, so the server's own defaults hold."""
-        optional = (("--io", args.io), ("--table-size-gb", args.table_size_gb),
-                    ("--cache-ratio", args.cache_ratio), ("--page-cache-gb", args.page_cache_gb),
-                    ("--cache-state", args.cache_state), ("--decode", args.decode or "replay"))
-        return ("--device", device.name, "--preset", args.preset or DEFAULT_PRESET,
-                "--placement", self.table_placement(args, device),
+        optional = (("--io", options.io), ("--table-size-gb", options.table_size_gb),
+                    ("--cache-ratio", options.cache_ratio),
+                    ("--page-cache-gb", options.page_cache_gb),
+                    ("--cache-state", options.cache_state),
+                    ("--decode", options.decode or "replay"))
+        return ("--device", device.name, "--preset", options.preset or DEFAULT_PRESET,
+                "--placement", self.table_placement(options, device),
                 *(item for flag, value in optional if value is not None
                   for item in (flag, repr(value) if isinstance(value, float) else value)))
 
-    def table_placement(self, args: argparse.Namespace, device: DeviceProfile) -> str:
-        return args.placement or device.table_placement
+    def table_placement(self, options: EngramOptions, device: DeviceProfile) -> str:
+        return options.placement or device.table_placement
 
     def owns(self, server_args: Sequence[str]) -> bool:
         """Its args are the server's own flags, unmarked (as runs have always stored them)."""

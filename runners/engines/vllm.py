@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from runners.engines.base import ManagedEngine, Say
 from runners.lifecycle import ManagedServer
@@ -13,13 +14,21 @@ from runners.profiles import DeviceProfile
 from runners.vllm import server
 
 
-class Vllm(ManagedEngine):
+@dataclass(frozen=True, slots=True)
+class VllmOptions:
+    """vLLM takes no `run` flags of its own: its server is sized by the device alone."""
+
+
+class Vllm(ManagedEngine[VllmOptions]):
     name = server.MARK
     help = ("vLLM's CPU build serving a tiny Llama (its own venv, .venv-vllm, and model, "
             "results/models/, made on first use)")
     title = "vLLM"
 
-    def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
+    def options(self, args: argparse.Namespace) -> VllmOptions:
+        return VllmOptions()
+
+    def server_args(self, options: VllmOptions, device: DeviceProfile) -> tuple[str, ...]:
         return server.server_args(device.max_running_requests)
 
     def serve(self, server_args: Sequence[str],

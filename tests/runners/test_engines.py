@@ -24,7 +24,7 @@ from runners.lifecycle import ManagedServer
 from runners.profiles import DeviceProfile
 
 
-class Mock(ManagedEngine):
+class Mock(ManagedEngine[None]):
     """The harness's mock server as a managed engine: one module and one registry line."""
 
     name = "mock"
@@ -32,7 +32,10 @@ class Mock(ManagedEngine):
     title = "the mock server"
     script = 'exec "$0" -m harness.mock_server "$@"'
 
-    def server_args(self, args: argparse.Namespace, device: DeviceProfile) -> tuple[str, ...]:
+    def options(self, args: argparse.Namespace) -> None:
+        return None
+
+    def server_args(self, options: None, device: DeviceProfile) -> tuple[str, ...]:
         return (self.name, "--ttft-ms", "5", "--itl-ms", "1")
 
     def serve(self, server_args: Sequence[str],
