@@ -15,16 +15,13 @@ from pathlib import Path
 from rich.console import Console
 
 from common.console import output_console
-from engram_bench import extras
-from engram_bench.parser import targets
-from engram_bench.run_config import auto_workers, check_search, config_for, ray_cluster
+from engram_bench.run_config import auto_workers
+from engram_bench.run_plan import RunPlan, settle
 from engram_bench.show import show_run
-from harness.config import RunConfig
 from harness.results.store import Store, StoreError
-from harness.run import aio, modes
-from harness.run.prompts import load
+from harness.run import aio
+from harness.run.settled import SettledRun
 from harness.wire.endpoint import Endpoint
-from runners import engines
 from runners.host_agent import launch
 from runners.lifecycle import ServerDied
 
@@ -35,24 +32,25 @@ _DEATH_GRACE_S = 10.0  # how long a failed run waits for a managed server that s
 
 
 @contextlib.contextmanager
-def _target(config: RunConfig, console: Console) -> Iterator[tuple[RunConfig, int | None]]:
-    """The config to sweep: as given, or with the URL of a managed engine's server started
+def _target(plan: RunPlan, console: Console) -> Iterator[tuple[SettledRun, int | None]]:
+    """The run to sweep: as settled, or with the URL of the plan's engine's server started
     (and stopped) here and the URL of a host agent on its process tree added to its host
     metrics; and that server's process (each level measures its CPU)."""
-    if not config.server_args:
-        yield config, None
+    run, engine = plan.run, plan.engine
+    if engine is None:
+        yield run, None
         return
-    engine = engines.engine_of(config.server_args)
 
     def say(text: str) -> None:
         console.print(text, highlight=False)
 
-    with engine.serve(config.server_args, say) as server:
+    with engine.serve(run.config.server_args, say) as server:
         assert server.pid is not None  # running
         with launch.watching(server.pid, engine.table_files(server), say) as agent:
-            hosts = (*config.host_metrics, agent) if agent else config.host_metrics
+            hosts = (*run.config.host_metrics, agent) if agent else run.config.host_metrics
             try:
-                yield replace(config, url=server.url, host_metrics=hosts), server.pid
+                yield replace(run, config=replace(run.config, url=server.url,
+                                                  host_metrics=hosts)), server.pid
             except Exception:  # a death explains whatever failed after it
                 if death := server.death_within(_DEATH_GRACE_S):
                     raise ServerDied(death) from None
@@ -90,21 +88,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     _handle_interrupts()
     try:
-        run_targets = targets(args)
         store = Store(args.db, stopped=aio.stopping)  # a stop gives up a wait for its lock
-        cluster = ray_cluster(args)  # --ray: joined before the config counts its CPUs
-        config, resume_id = config_for(args, store, cluster)  # bad flags: nothing stored
-        if args.workers == "auto" and not resume_id:
-            output_console(stderr=True).print(auto_workers(config, cluster)[1],
+        plan = settle(args, store)  # bad flags, a bad prompts file: nothing stored
+        if args.workers == "auto" and not plan.resume_id:
+            output_console(stderr=True).print(auto_workers(plan.run.config, plan.cluster)[1],
                                               highlight=False)
-        extra = engines.engine_of(config.server_args).extra if config.server_args else None
-        if extra:
-            extras.require(extra)
-        check_search(config, run_targets)
         store.initialise()
-        # a bad file stops here: nothing stored
-        prompts = modes.mode_for(config.mode).prompts(config) or load(config.prompts, config.seed)
-        run_id = resume_id or new_run_id()
+        run_id = plan.resume_id or new_run_id()
         progress = LevelProgress(enabled=not args.no_progress)
         status = output_console(stderr=True)
     except KeyboardInterrupt as exc:
@@ -112,15 +102,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     try:
         # one writer per run (a second --resume is refused), taken before a server starts;
         # the file held open, so one deleted under the run is put back with what it stored
-        with store.run_lock(run_id), store.held_open(), \
-                _target(config, status) as (config, server_pid):
+        with store.run_lock(run_id), store.held_open(), _target(plan, status) as (run, pid):
+            config = run.config
             endpoint = Endpoint(config.url, config.api,
                                 args.api_key or os.environ.get("OPENAI_API_KEY"),
                                 ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
                                 insecure=config.insecure)
-            aio.run(execute(config, endpoint, store, progress, run_id, resume=bool(resume_id),
-                            prompts=prompts, targets=run_targets, cluster=cluster,
-                            server_pid=server_pid))
+            aio.run(execute(run, endpoint, store, progress, run_id,
+                            resume=bool(plan.resume_id), targets=plan.targets,
+                            cluster=plan.cluster, server_pid=pid))
     except ServerDied as exc:
         progress.stop()
         with contextlib.suppress(StoreError):  # a run it had started is failed, not complete
@@ -134,10 +124,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt as exc:
         progress.stop()
         return _report_stop(exc, run_id, exc.stored if isinstance(exc, RunStopped)
-                            else bool(resume_id))
+                            else bool(plan.resume_id))
     finally:
         progress.stop()  # idempotent; an error's message is printed after the bar ends
-    return show_run(store, run_id, run_targets, args.json, console)
+    return show_run(store, run_id, plan.targets, args.json, console)
 
 
 def _report_stop(stop: KeyboardInterrupt, run_id: str | None, stored: bool) -> int:

@@ -38,14 +38,15 @@ from harness.results.server_cpu import ServerCpu
 from harness.results.server_cpu import describe as describe_starved
 from harness.results.server_table import describe_server_table, server_table
 from harness.results.store import Store, StoreError
-from harness.run import aio, modes
+from harness.run import aio
 from harness.run.limits import ensure_open_files
 from harness.run.loop_monitor import LoopMonitor
 from harness.run.modes.base import Ledger, Level, LevelOutcome, LoadMode, Pass, Sender
 from harness.run.progress import LevelProgress
-from harness.run.prompts import Prompts, load
+from harness.run.prompts import Prompts
 from harness.run.ray_workers import Cluster, RaySpawner
 from harness.run.server_cpu_monitor import ServerCpuMonitor
+from harness.run.settled import SettledRun, settle
 from harness.run.sweep import Sweep, calibration_key, calibration_ordinal
 from harness.run.table_state import TableState, check_hosts
 from harness.run.workers import WorkerDied, WorkerSender
@@ -164,26 +165,27 @@ async def _calibrate(config: RunConfig, endpoint: Endpoint, clock: Clock, prompt
 
 
 async def execute(
-    config: RunConfig,
+    run: SettledRun | RunConfig,
     endpoint: Endpoint,
     store: Store,
     progress: LevelProgress,
     run_id: str,
     resume: bool = False,
-    prompts: Prompts | None = None,
     targets: Targets | None = None,
     cluster: Cluster | None = None,
     server_pid: int | None = None,
 ) -> RunResult:
     """Run (or resume) a sweep. TargetError (or ConfigError, for prompts a resumed run no longer
-    has) before anything is stored if the target is bad. `prompts`: config.prompts, loaded.
+    has) before anything is stored if the target is bad. `run`: as the CLI settled it (its
+    mode's check and its prompts done once, there), or a bare config, settled here.
     RunStopped when a signal stops it (aio.run), saying whether the run had been stored.
     `cluster`: the Ray cluster `--ray` joined, whose actors send the load. `server_pid`: the
     process of a server this run started itself, whose CPU each level measures."""
     report = _StopReport(stored=resume)
     try:
-        return await _execute(config, endpoint, store, progress, run_id, resume, prompts,
-                              targets, report, cluster, server_pid)
+        settled = run if isinstance(run, SettledRun) else settle(run)
+        return await _execute(settled, endpoint, store, progress, run_id, resume, targets,
+                              report, cluster, server_pid)
     except (asyncio.CancelledError, KeyboardInterrupt) as exc:
         signum = aio.stopping()
         if signum is None and isinstance(exc, asyncio.CancelledError):
@@ -191,14 +193,13 @@ async def execute(
         raise RunStopped(signum or signal.SIGINT, report.stored, tuple(report.notes)) from None
 
 
-async def _execute(config: RunConfig, endpoint: Endpoint, store: Store, progress: LevelProgress,
-                   run_id: str, resume: bool, prompts: Prompts | None, targets: Targets | None,
+async def _execute(settled: SettledRun, endpoint: Endpoint, store: Store,
+                   progress: LevelProgress, run_id: str, resume: bool, targets: Targets | None,
                    report: _StopReport, cluster: Cluster | None,
                    server_pid: int | None) -> RunResult:
-    mode = modes.mode_for(modes.check(config).mode)  # e.g. a rate level of no request
+    config, mode, prompts = settled.config, settled.mode, settled.prompts
     ensure_open_files(config)  # a level past the limit would be stored as server errors
     check_run_id(run_id)
-    prompts = prompts or mode.prompts(config) or load(config.prompts, config.seed)
     config, server = await _preflight(config, mode, endpoint, progress)
     clock = Clock()
     if resume:
