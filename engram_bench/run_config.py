@@ -118,7 +118,6 @@ def _on_cluster(config: RunConfig, cluster: Cluster | None) -> RunConfig:
 
 def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
     """A new run's config; without --url, the server args of the engine --device starts."""
-    mode = modes.mode_for(modes.chosen(args))
     levels: tuple[int, ...] = DEFAULT_LEVELS  # without --levels the mode makes its own of these
     placement = args.placement or ""
     server_args: tuple[str, ...] = ()
@@ -133,14 +132,12 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
                             "OpenAI-compatible server, e.g. --url http://127.0.0.1:8000/v1")
         prof = profile(args.device)
         levels = prof.default_levels
-        engine = engines.chosen(args)
-        options = engine.options(args)  # its own flags, read here once
+        engine, options = engines.chosen(args)  # its own flags, read once
         server_args = engine.server_args(options, prof)
         placement = engine.table_placement(options, prof)
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api,
-        levels=args.levels or mode.default_levels(levels, args),
-        rounds=args.rounds, mode=mode.name, input_tokens=args.input_tokens,
+        rounds=args.rounds, input_tokens=args.input_tokens,
         output_tokens=args.output_tokens, temperature=args.temperature,
         request_timeout_s=args.request_timeout, connect_timeout_s=args.connect_timeout,
         stall_timeout_s=args.stall_timeout, ca_bundle=args.ca_bundle or "",
@@ -151,7 +148,7 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         table_state=args.table_state, warm_budget_gb=args.warm_budget_gb, idle_s=args.idle,
         max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,
         keep_going=args.keep_going, token_times=args.token_times, ray=args.ray,
-        workers=1 if args.workers == "auto" else args.workers, **modes.read_flags(args),
+        workers=1 if args.workers == "auto" else args.workers, **modes.read_flags(args, levels),
     )
     config = modes.check(config)  # the one check: `auto` gives more than 1 only where it splits
     if args.workers == "auto":

@@ -35,9 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         engine.add_arguments(parser)
 
 
-def chosen(args: argparse.Namespace) -> ManagedEngine[Any]:
-    """The engine --bundled names (the default without it); another engine's flags given
-    with it are refused in one sentence naming them."""
+def chosen(args: argparse.Namespace) -> tuple[ManagedEngine[Any], Any]:
+    """The engine --bundled names (the default without it) and its options, read from its
+    own flags: the CLI's one call into the engines with the command line. Another engine's
+    flags given with it are refused in one sentence naming them."""
     engine = ENGINES[args.bundled] if args.bundled else DEFAULT
     for other in ENGINES.values():
         given = other.given_flags(args) if other is not engine else []
@@ -45,7 +46,7 @@ def chosen(args: argparse.Namespace) -> ManagedEngine[Any]:
             raise EngineFlagError(f"{', '.join(given)} set up {other.title}, not "
                                   f"{engine.title}: drop them or leave out --bundled "
                                   f"{engine.name}")
-    return engine
+    return engine, engine.options(args)
 
 
 def engine_of(server_args: Sequence[str]) -> ManagedEngine[Any]:

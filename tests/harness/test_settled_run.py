@@ -86,3 +86,17 @@ def test_a_run_checks_its_mode_and_resolves_its_prompts_once(start_mock, tmp_pat
     assert code == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["levels"]
     assert calls == {"check": 1, "prompts": 1}
+
+
+def test_the_cli_hands_the_command_line_down_twice():
+    """Following `args` from cmd_run, it goes below the CLI only into the modes' registry
+    (their flags into RunConfig fields) and the engines' (an engine and its options)."""
+    handed = []
+    for path in sorted((ROOT / "engram_bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in {"modes", "engines"}
+                    and any(isinstance(a, ast.Name) and a.id == "args" for a in node.args)):
+                handed.append(f"{path.name}: {ast.unparse(node.func)}")
+    assert handed == ["run_config.py: engines.chosen", "run_config.py: modes.read_flags"]

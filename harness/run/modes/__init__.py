@@ -62,10 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         mode.add_arguments(parser)
 
 
-def read_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """RunConfig fields from every mode's flags (a mode checks that the others' are unset)."""
-    fields: dict[str, Any] = {}
+def read_flags(args: argparse.Namespace, levels: tuple[int, ...]) -> dict[str, Any]:
+    """RunConfig fields from the modes' flags, the CLI's one call into them with the command
+    line: the mode chosen, its levels (--levels, else the mode's own of the device's `levels`)
+    and every mode's own flags (a mode checks that the others' are unset)."""
     name = chosen(args)
+    fields: dict[str, Any] = {
+        "mode": name, "levels": args.levels or MODES[name].default_levels(levels, args)}
     for mode in MODES.values():
         fields.update(mode.read_flags(args, chosen=mode.name == name))
     return fields
