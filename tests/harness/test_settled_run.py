@@ -33,8 +33,8 @@ def _namespace_takers(path: Path) -> list[str]:
 
 
 def _imports_argparse(path: Path) -> bool:
-    return any(isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names)
-               or isinstance(node, ast.ImportFrom) and node.module == "argparse"
+    return any((isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names))
+               or (isinstance(node, ast.ImportFrom) and node.module == "argparse")
                for node in ast.walk(ast.parse(path.read_text(), str(path))))
 
 
