@@ -287,3 +287,42 @@ def test_a_traces_shared_first_block_is_vllms_prefix_cache_hits(vllm, tmp_path):
     print(f"vLLM's prefix-cache hits {hits} tokens, the trace's shared blocks {implied}")
     assert hits is not None and abs(hits / implied - 1) <= 0.10, (hits, implied)
     assert summary["levels"][0]["prefix_hit_rate"] > 0
+
+
+def test_the_agent_on_vllms_process_tree_stores_faults_rss_and_reads_per_level(vllm, tmp_path):
+    """`engram-bench agent` on the vLLM server's PID (its engine core is a child process) and
+    the tiny Llama's folder, read by `run --host-metrics`: every level stores the tree's
+    faults, bytes read from storage and peak RssFile, and the weights' residency, none lost."""
+    model_dir = MODELS / TinyLlama().name
+    agent = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--pid",
+                              str(vllm.proc.pid), "--table", str(model_dir), "--port", "0"],
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert agent.stdout is not None
+        line = agent.stdout.readline()
+        assert " processes (PID " in line, line  # the server and its children
+        url = line.split("serving ", 1)[1].split(": ", 1)[0]
+        db = tmp_path / "h.duckdb"
+        proc = run_cli("run", "--url", vllm.url, "--levels", "1,2", "--rounds", "2",
+                       "--output-tokens", "16", "--host-metrics", url, "--db", str(db),
+                       "--json", "--no-progress", timeout=400)
+    finally:
+        agent.terminate()
+        agent.wait(10)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    stored = Store(db).host_levels(summary["run_id"])
+    for c in (1, 2):
+        [(_, level)] = stored[(c, None)]
+        assert level.missing is None and level.source == "engram-bench agent", level
+        assert level.major_faults is not None and level.major_faults >= 0
+        assert level.minor_faults is not None and level.minor_faults > 0
+        assert level.read_bytes is not None and level.read_bytes >= 0
+        assert level.peak_rss_file_bytes is not None and level.peak_rss_file_bytes > 0
+        assert level.table_bytes is not None and level.table_bytes > 0
+        assert level.table_resident_end_bytes is not None
+    for row in summary["levels"]:
+        host = row["host"]
+        assert host["major_faults_per_output_token"] is not None, host
+        assert host["disk_read_bytes_per_output_token"] is not None, host
+        assert host["peak_rss_file_bytes"] > 0
