@@ -64,7 +64,7 @@ def test_run_page_shows_server_and_client_ttft_in_chromium(served_app, tmp_path)
 
 
 # url path: (heading, tables, charts) the page shows on the fixture database
-PAGES = {"": ("Runs", 1, 0), "run": ("Run", 2, 7), "compare": ("Compare", 2, 6),
+PAGES = {"": ("Runs", 1, 0), "run": ("Run", 2, 7), "compare": ("Compare", 3, 6),
          "capacity": ("Capacity", 1, 0), "sizing": ("Sizing", 0, 1),
          "reference": ("Published reference", 1, 2)}
 RUNS_TABLE = {"": 0, "compare": 1, "capacity": 0, "reference": 0}  # which table lists runs

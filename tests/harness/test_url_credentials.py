@@ -86,11 +86,16 @@ def test_make_bench_passes_the_api_key_outside_the_echoed_command(tmp_path):
     fake = venv / "bin" / "engram-bench"  # says what it was given
     fake.write_text('#!/bin/sh\necho "argv: $*"\necho "key: $OPENAI_API_KEY"\n')
     fake.chmod(0o755)
-    (venv / ".stamp-core").touch()  # newer than pyproject.toml: nothing to install
+    for stamp in (".stamp-core", ".stamp-report"):  # newer than pyproject.toml: no install
+        (venv / stamp).touch()
     proc = subprocess.run(["make", "--no-print-directory", "bench", f"VENV={venv}",
                            "URL=http://127.0.0.1:9/v1", f"API_KEY={API_KEY}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    echoed, argv, key = proc.stdout.splitlines()
-    assert API_KEY not in echoed and API_KEY not in argv, proc.stdout
-    assert "--url http://127.0.0.1:9/v1" in argv and key == f"key: {API_KEY}"
+    lines = proc.stdout.splitlines()
+    calls = [line for line in lines if line.startswith("argv: ")]  # the run, then its report
+    keys = [line for line in lines if line.startswith("key: ")]
+    echoed = [line for line in lines if line not in calls and line not in keys]
+    assert echoed and calls and API_KEY not in "\n".join(echoed + calls), proc.stdout
+    assert "--url http://127.0.0.1:9/v1" in calls[0]
+    assert keys == [f"key: {API_KEY}"] * len(calls)

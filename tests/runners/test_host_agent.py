@@ -248,9 +248,27 @@ def test_a_table_file_replaced_by_a_fifo_loses_its_series_and_the_agent_goes_on(
 
 
 def test_the_agent_leaves_itself_out_of_the_tree_it_watches():
-    """Started here, the agent is this process's child: it counts this process only."""
-    with _agent("--pid", str(os.getpid())) as (url, _):
-        assert _scrape(url).processes.alive == 1
+    """Started here, the agent is this process's child: it counts this process and what else
+    descends from it (a test runner may hold children, as multiprocessing's resource
+    tracker), never itself."""
+    with _agent("--pid", str(os.getpid())) as (url, agent):
+        alive = _scrape(url).processes.alive
+        assert alive == len(_tree(os.getpid(), leaving_out=agent.pid))
+
+
+def _tree(root: int, leaving_out: int) -> list[int]:
+    """`root` and its descendants, the subtree of `leaving_out` aside: the test's own walk."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        stat = proc_tree.read_stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None:
+            parents[stat.pid] = stat.ppid
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(c for c, p in parents.items() if p == pid and c != leaving_out)
+    return found
 
 
 def test_stride_runs_cover_the_file_in_successive_samples():
