@@ -99,6 +99,8 @@ def test_make_bench_quick_on_a_fresh_checkout(tmp_path):
                                                                       "complete")
     assert run.levels == [1, 2] and run.rounds == 2
     assert Store(db).server_stats(run.run_id)
+    report = tmp_path / f"report-{run.run_id}.html"  # beside the results file, its path said
+    assert f"report: {report}" in proc.stdout and report.stat().st_size > 0
 
 
 def servers_tagged(tag: bytes) -> list[int]:
