@@ -15,7 +15,7 @@ from tests.piped import columns, run_piped, tables
 
 @pytest.fixture(scope="module")
 def piped(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
-    return run_piped(tmp_path_factory.mktemp("piped") / "bench.duckdb")
+    return run_piped(tmp_path_factory.mktemp("piped") / "bench.duckdb", host=True)
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.name)
