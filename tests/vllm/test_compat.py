@@ -215,7 +215,9 @@ def test_a_sweep_calibrates_prompts_and_stores_server_metrics(vllm, tmp_path, ap
     for r in records:
         assert not r.tokens_per_chunk_estimated and r.tokens_per_chunk >= 1, r
         assert r.tokens_per_chunk * r.chunks == pytest.approx(32, abs=1), r
-        assert r.tpot_ms > 0 and r.itl_mean_ms > 0 and r.itl_p99_ms >= r.itl_p50_ms > 0
+        # a gap is 0 where two chunks came in one read (vLLM's frontend behind its engine
+        # writes them together): a request's median may be 0, its mean not
+        assert r.tpot_ms > 0 and r.itl_mean_ms > 0 and r.itl_p99_ms >= r.itl_p50_ms >= 0
     for level in summary["levels"]:
         assert level["mean_tpot_ms"] > 0 and level["p99_itl_ms"] >= level["p50_itl_ms"] > 0
         assert level["tokens_per_chunk_estimated"] is False
