@@ -22,7 +22,7 @@ PROC = "/proc"
 
 @dataclass(frozen=True, slots=True)
 class ProcStat:
-    """The figures of /proc/PID/stat that are read here (proc(5): fields 4, 10, 12, 14, 15,
+    """The figures of /proc/PID/stat that are read here (proc(5): fields 4, 10, 12, 14-17,
     22); faults and ticks are counts since the process started, its threads included."""
 
     pid: int
@@ -31,6 +31,7 @@ class ProcStat:
     major_faults: int
     user_ticks: int  # CPU time in clock ticks (os.sysconf("SC_CLK_TCK") a second)
     system_ticks: int
+    children_ticks: int  # user + system of its children that ended and were waited for
     start_ticks: int  # when it started, in ticks after boot: with the PID, names the process
 
 
@@ -39,7 +40,8 @@ def parse_stat(pid: int, text: bytes) -> ProcStat:
     fields = text[text.rindex(b")") + 2:].split()
     return ProcStat(pid=pid, ppid=int(fields[1]), minor_faults=int(fields[7]),
                     major_faults=int(fields[9]), user_ticks=int(fields[11]),
-                    system_ticks=int(fields[12]), start_ticks=int(fields[19]))
+                    system_ticks=int(fields[12]),
+                    children_ticks=int(fields[13]) + int(fields[14]), start_ticks=int(fields[19]))
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -48,6 +50,15 @@ def read_stat(pid: int) -> ProcStat | None:
         with open(f"{PROC}/{pid}/stat", "rb") as f:
             return parse_stat(pid, f.read())
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_text(path: str) -> str | None:
+    """A /proc (or /sys) file's text; None where it is gone or may not be read."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
         return None
 
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import proc_tree
 from harness.results.server_cpu import ServerCpu, measured
 
 PROC = Path("/proc")
@@ -46,20 +47,9 @@ def machine_busy() -> tuple[float, int] | None:
 
 def _processes() -> dict[int, tuple[int, int]]:
     """Every process's parent and CPU ticks (its own and its reaped children's)."""
-    found = {}
-    for entry in os.scandir(PROC):
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = Path(entry.path, "stat").read_text()
-        except OSError:  # it ended meanwhile
-            continue
-        fields = text[text.rfind(")") + 2:].split()  # after the name, which may hold spaces
-        try:
-            found[int(entry.name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
-        except (ValueError, IndexError):
-            continue
-    return found
+    stats = (proc_tree.read_stat(pid) for pid in proc_tree.listed_pids())
+    return {s.pid: (s.ppid, s.user_ticks + s.system_ticks + s.children_ticks)
+            for s in stats if s is not None}  # None: it ended meanwhile
 
 
 def tree_ticks(processes: dict[int, tuple[int, int]], root: int,

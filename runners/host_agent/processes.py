@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common import proc_tree
 from common.proc_tree import PROC, ProcessTree, ProcStat
 
 KIB = 1024
@@ -56,14 +57,6 @@ def parse_read_bytes(text: str) -> int | None:
     return None
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 class TreeReader:
     """One process tree's sums, sample after sample."""
 
@@ -87,7 +80,7 @@ class TreeReader:
             unreadable += not readable
             self._last[pid] = counts
             total = _add(total, counts)
-            if (status := _read(f"{PROC}/{pid}/status")) is not None:
+            if (status := proc_tree.read_text(f"{PROC}/{pid}/status")) is not None:
                 for name, value in parse_status(status).items():
                     memory[name] += value
         return TreeSample(alive=len(alive), ended=self._ended, io_unreadable=unreadable,
@@ -97,7 +90,7 @@ class TreeReader:
     def _counts(self, stat: ProcStat) -> tuple[Counts, bool]:
         """(the member's counters, whether its /proc/PID/io was read now); an io file that
         fails once keeps its last figure, so the total does not fall."""
-        io = _read(f"{PROC}/{stat.pid}/io")
+        io = proc_tree.read_text(f"{PROC}/{stat.pid}/io")
         read_bytes = parse_read_bytes(io) if io is not None else None
         readable = read_bytes is not None
         if not readable and (last := self._last.get(stat.pid)) is not None:

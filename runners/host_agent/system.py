@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common import proc_tree
 from common.host_metrics import MEMINFO
 
 VMSTAT = "/proc/vmstat"
@@ -53,19 +54,11 @@ def parse_pressure(text: str) -> dict[str, float]:
     return out
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def sample() -> SystemSample:
-    vmstat, meminfo = _read(VMSTAT), _read(MEMINFO_PATH)
+    vmstat, meminfo = proc_tree.read_text(VMSTAT), proc_tree.read_text(MEMINFO_PATH)
     pressure = {}
     for resource in PSI_RESOURCES:
-        if (text := _read(f"{PRESSURE_DIR}/{resource}")) is not None:
+        if (text := proc_tree.read_text(f"{PRESSURE_DIR}/{resource}")) is not None:
             for kind, seconds in parse_pressure(text).items():
                 pressure[(resource, kind)] = seconds
     return SystemSample(
