@@ -4,6 +4,7 @@ that /proc shows."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -11,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -134,3 +135,22 @@ def group_alive(pgid: int) -> list[int]:
 
     return [pid for pid, (state, group) in processes(state_and_group).items()
             if group == pgid and state != "Z"]
+
+
+@contextlib.contextmanager
+def host_agent(pid: int, *tables: Path) -> Iterator[str]:
+    """`engram-bench agent --pid PID [--table T ...]` on a free loopback port: its /metrics
+    URL, the agent ended after."""
+    table_flags = [flag for table in tables for flag in ("--table", str(table))]
+    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--pid", str(pid),
+                             *table_flags, "--port", "0"], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"serving (http://\S+/metrics)", line)
+        assert found, line
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from harness.mock_server import MockConfig, ThreadedMockServer
-from tests.helpers import FAST, ROOT, run_cli
+from tests.helpers import FAST, host_agent, run_cli
 
 LEVELS = (1, 2)
 
@@ -27,27 +24,11 @@ def run_piped(db: Path, host: bool = False) -> subprocess.CompletedProcess:
         if host:
             table = db.parent / "table.bin"
             table.write_bytes(b"\0" * 65536)
-            flags = ("--host-metrics", stack.enter_context(_agent(os.getpid(), table)))
+            flags = ("--host-metrics", stack.enter_context(host_agent(os.getpid(), table)))
         done = run_cli("run", "--url", server.url, "--levels", ",".join(map(str, LEVELS)),
                        "--rounds", "1", "--db", str(db), *flags)
     assert done.returncode == 0, done.stderr
     return done
-
-
-@contextlib.contextmanager
-def _agent(pid: int, table: Path) -> Iterator[str]:
-    """`engram-bench agent` on `pid` and `table`, on a free port: its /metrics URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--pid", str(pid),
-                             "--table", str(table), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert proc.stdout is not None
-        found = re.search(r"serving (http://\S+/metrics)", proc.stdout.readline())
-        assert found, "the agent did not say where it serves"
-        yield found.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def tables(text: str) -> list[list[str]]:

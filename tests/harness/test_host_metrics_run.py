@@ -5,15 +5,12 @@ and an agent whose clocks run apart from the harness's."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
-import re
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,23 +21,7 @@ from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.results.store import Store
 from harness.wire.scraper import Scraper
 from runners.lifecycle import free_port
-from tests.helpers import FAST, ROOT, run_cli, stored_rows, wait_while_running
-
-
-@contextlib.contextmanager
-def agent(pid: int) -> Iterator[str]:
-    """`engram-bench agent --pid PID` on a free port; its /metrics URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--pid", str(pid),
-                             "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = re.search(r"serving (http://\S+/metrics)", line)
-        assert found, line
-        yield found.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+from tests.helpers import FAST, ROOT, host_agent, run_cli, stored_rows, wait_while_running
 
 
 def _run(url: str, db: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -81,7 +62,7 @@ def test_a_watched_process_that_ends_mid_run_loses_its_levels_and_the_run_goes_o
     db = tmp_path / "bench.duckdb"
     watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
-        with ThreadedMockServer(MockConfig(**FAST)) as server, agent(watched.pid) as url:
+        with ThreadedMockServer(MockConfig(**FAST)) as server, host_agent(watched.pid) as url:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "engram_bench", "run", "--url", server.url, "--levels",
                  "1,2,4", "--rounds", "10", "--host-metrics", url, "--db", str(db),

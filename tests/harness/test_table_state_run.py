@@ -17,8 +17,7 @@ from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.records import RequestRecord
 from harness.results.cold_start import NOT_COLD, first_level, first_ttft_ms, state_at_start
 from harness.results.store import Store
-from tests.harness.test_host_metrics_run import agent
-from tests.helpers import FAST, run_cli
+from tests.helpers import FAST, host_agent, run_cli
 from tests.runners.test_host_agent import _agent, _table
 from tests.runners.test_table_state import _locker, _on_disk
 
@@ -45,7 +44,7 @@ def test_table_state_without_an_agent_or_with_a_budget_but_not_warm_is_refused(t
 
 
 def test_an_agent_given_no_table_is_refused_before_any_load(tmp_path):
-    with ThreadedMockServer(MockConfig(**FAST)) as server, agent(os.getpid()) as host:
+    with ThreadedMockServer(MockConfig(**FAST)) as server, host_agent(os.getpid()) as host:
         line = _error(_run(server.url, tmp_path, "--host-metrics", host, "--table-state",
                            "warm"))
         sent = server.server.requests_seen

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ import pytest
 from harness.results.store import Store
 from runners.host_agent.block_devices import disk_of
 from runners.lifecycle import free_port
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, host_agent, run_cli
 
 AGREE = 0.05  # the host figure against /stats and against /proc/PID/io
 # the tiny preset (a 256-token context), a table 0.25 GiB on disk of which spark's page cache
@@ -64,22 +63,6 @@ def _server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, str]]:
     finally:
         proc.terminate()
         proc.wait(30)
-
-
-@contextlib.contextmanager
-def _agent(pid: int, table: Path) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--pid", str(pid),
-                             "--table", str(table), "--port", "0"], stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = re.search(r"serving (http://\S+/metrics)", line)
-        assert found, line
-        yield found.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 class _ReadBytes:
@@ -125,7 +108,7 @@ def test_disk_bytes_per_output_token_agree_with_stats_and_proc_io_per_level(tmp_
     _on_disk(tmp_path)
     db = tmp_path / "bench.duckdb"
     with _server(tmp_path) as (server, url), _ReadBytes(server.pid) as proc_io, \
-            _agent(server.pid, tmp_path / "table.bin") as agent:
+            host_agent(server.pid, tmp_path / "table.bin") as agent:
         run = run_cli("run", "--url", f"{url}/v1", *LOAD, "--host-metrics", agent,
                       "--db", str(db), "--json", timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
