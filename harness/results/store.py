@@ -75,6 +75,13 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC).replace(tzinfo=None)
 
 
+def _drop_pass(con: duckdb.DuckDBPyConnection, table: str, key: list) -> None:
+    """Delete one pass's rows of a per-pass table (key: run_id, concurrency, rate, repeat), so
+    a resumed pass's rows replace the earlier try's."""
+    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND concurrency = ? "
+                "AND rate IS NOT DISTINCT FROM ? AND repeat = ?", key)
+
+
 class Store(ResultsFile):
     """The results database at `path`: runs, their requests and what was measured beside them."""
 
@@ -183,9 +190,7 @@ class Store(ResultsFile):
             return
         with self._connect() as con:
             con.execute("BEGIN")
-            con.execute("DELETE FROM client_checks WHERE run_id = ? AND concurrency = ? "
-                        "AND rate IS NOT DISTINCT FROM ? AND repeat = ?",
-                        [run_id, concurrency, rate, repeat])
+            _drop_pass(con, "client_checks", [run_id, concurrency, rate, repeat])
             con.execute("INSERT INTO client_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [run_id, concurrency, rate, repeat, c.loop_lag_p50_ms, c.loop_lag_p99_ms,
                          c.loop_lag_max_ms, c.cpu_share, c.unread_bytes_max, c.client_bound,
@@ -198,9 +203,7 @@ class Store(ResultsFile):
         try)."""
         with self._connect() as con:
             con.execute("BEGIN")
-            con.execute("DELETE FROM server_cpu WHERE run_id = ? AND concurrency = ? "
-                        "AND rate IS NOT DISTINCT FROM ? AND repeat = ?",
-                        [run_id, concurrency, rate, repeat])
+            _drop_pass(con, "server_cpu", [run_id, concurrency, rate, repeat])
             con.execute("INSERT INTO server_cpu VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [run_id, concurrency, rate, repeat, c.wall_s, c.cpus, c.server_cpu_s,
                          c.own_cpu_s, c.others_cpu_s, c.server_starved])
@@ -218,8 +221,7 @@ class Store(ResultsFile):
         with self._connect() as con:
             con.execute("BEGIN")
             for table in ("host_levels", "host_slices"):
-                con.execute(f"DELETE FROM {table} WHERE run_id = ? AND concurrency = ? "
-                            "AND rate IS NOT DISTINCT FROM ? AND repeat = ?", key)
+                _drop_pass(con, table, key)
             for table, columns, rows in (("host_levels", _HOST_LEVEL_COLUMNS, levels),
                                          ("host_slices", _HOST_SLICE_COLUMNS, slices)):
                 for i in range(0, len(rows), _ROWS_PER_INSERT):
