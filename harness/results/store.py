@@ -42,7 +42,7 @@ _REQUEST_COLUMNS = (
 _DECLARED_COLUMNS = insert_columns()  # the declared figures' (harness.results.request_figures)
 _INSERT_COLUMNS = ", ".join((_REQUEST_COLUMNS, *_DECLARED_COLUMNS))
 _RUN_COLUMNS = ", ".join(f.name for f in dataclasses.fields(RunRow))
-_ROWS_PER_INSERT = 256  # rows per INSERT statement: a whole round, or a rate level in steps
+_ROWS_PER_INSERT = 256  # rows per INSERT statement of a pass's host levels and slices
 
 _HOST_LEVEL_COLUMNS = ", ".join(f.name for f in dataclasses.fields(HostLevel))
 _HOST_SLICE_FIELDS = tuple(f.name for f in dataclasses.fields(HostSlice))
