@@ -100,10 +100,12 @@ docs: $(ALL)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 # As root with apt-get, Debian's chromium for the browser tests is installed when missing. The
-# suites marked faults and vllm are left out (pyproject's addopts: -m 'not faults and not vllm').
+# suites marked faults and vllm are left out (pyproject's addopts); the test marked alone, which
+# loads the machine itself, runs after the rest with nothing beside it.
 test: $(ALL) lint docs
 	@.ci/chromium
 	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -m alone
 
 # Stops at random moments of a run, 20 each of SIGTERM, Ctrl-C and a closed terminal's SIGHUP,
 # and 20 during calibration (~4 min; .ci/run calls it too).

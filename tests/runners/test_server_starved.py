@@ -45,6 +45,7 @@ def _c1(db: Path) -> tuple[dict, dict]:
     return summary, level
 
 
+@pytest.mark.alone  # its busy processes would starve a test beside it
 def test_two_busy_processes_starve_the_bundled_server_and_alone_nothing_does(tmp_path):
     with busy_processes(2):
         crowded, level = _c1(tmp_path / "crowded.duckdb")
