@@ -13,7 +13,7 @@ HOSTILE_LABEL = "<b>bold</b> **md**"
 
 def test_the_report_draws_every_chart_offline_and_shows_markup_as_text(sweep, tmp_path):
     done = sweep({"model": HOSTILE_MODEL, "fault": "http_500", "fault_every": 3,
-                  "fault_match": "c4"}, levels=(1, 2, 4), rounds=2, output_tokens=16,
+                  "fault_match": "-c4-"}, levels=(1, 2, 4), rounds=2, output_tokens=16,
                  label=HOSTILE_LABEL)
     out = tmp_path / "report.html"
     pngs = tmp_path / "png"

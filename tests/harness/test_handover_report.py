@@ -21,7 +21,7 @@ HOSTILE_LABEL = "</script><script>alert(2)</script> **bold** | pipe"
 def hostile_run(sweep):
     """A short run whose model id and label are markup, with failed requests at C=4."""
     done = sweep({"model": HOSTILE_MODEL, "fault": "http_500", "fault_every": 3,
-                  "fault_match": "c4"}, levels=(1, 2, 4), rounds=2, output_tokens=16,
+                  "fault_match": "-c4-"}, levels=(1, 2, 4), rounds=2, output_tokens=16,
                  label=HOSTILE_LABEL)
     return done
 
