@@ -7,11 +7,15 @@ paced by the load generator, not the server (harness.run.arrivals).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
-from harness.results.metrics import LevelStats, RateCapacity, Targets, rate_capacity
+from harness.results.metrics import (
+    DECLARED_FIGURES,
+    LevelStats,
+    RateCapacity,
+    Targets,
+    rate_capacity,
+)
 from harness.results.send_lag import LAG_LIMIT_MS, SendLag
 from harness.results.verdicts import rate_verdict
 
@@ -41,16 +45,16 @@ def level_stats(rated: pd.DataFrame) -> list[LevelStats]:
     out = []
     for row in rated.to_dict("records"):
         p99_lag = _value(row, "p99_send_lag_ms")
-        figures: dict[str, Any] = {key: _value(row, key) for key in (
-            "mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tps",
-            "p50_tps", "p10_tps", "p1_tps", "mean_output_tokens", "mean_prompt_tokens",
-            "throughput_tps", "rate", "p50_send_lag_ms")}
         out.append(LevelStats(
             concurrency=int(row.get("concurrency") or 0),
             requests=int(row.get("requests") or 0),
             errors=int(row.get("errors") or 0),
             short_outputs=int(row.get("short_outputs") or 0),
-            **figures,
+            throughput_tps=_value(row, "throughput_tps"),
+            rate=_value(row, "rate"),
+            p50_send_lag_ms=_value(row, "p50_send_lag_ms"),
+            declared={key: _value(row, key) for key in DECLARED_FIGURES
+                      if key in row and not isinstance(row[key], str)},
             p99_send_lag_ms=p99_lag,
             lag_warning=lag_warning(p99_lag),
         ))

@@ -9,6 +9,27 @@ from typing import TypedDict
 class DeclaredRow(TypedDict, total=False):
     """The declared figures' level statistics (harness.results.request_figures)."""
 
+    mean_ttft_ms: float | None
+    p50_ttft_ms: float | None
+    p90_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    mean_tps: float | None
+    p50_tps: float | None
+    p10_tps: float | None
+    p1_tps: float | None
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+    mean_tpot_ms: float | None
+    p50_tpot_ms: float | None
+    p90_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    mean_tokens_per_chunk: float | None
+    p50_e2e_ms: float | None
+    p90_e2e_ms: float | None
+    p99_e2e_ms: float | None
+    mean_input_tokens_requested: float | None
+    mean_trace_prefix_tokens: float | None
+    mean_cached_tokens: float | None
     mean_ttfo_ms: float | None
     p50_ttfo_ms: float | None
     p90_ttfo_ms: float | None

@@ -14,8 +14,13 @@ from harness.config import USERS_PER_MAX_C
 from harness.records import RequestRecord
 from harness.results.figure import Figure, Group, figure
 from harness.results.goodput import Slo, goodput
-from harness.results.quantiles import busy_seconds, mean, quantile
-from harness.results.request_figures import Value, level_figures, level_values
+from harness.results.quantiles import busy_seconds, mean
+from harness.results.request_figures import (
+    REQUEST_FIGURES,
+    Value,
+    level_figures,
+    level_values,
+)
 from harness.results.send_lag import SendLag, send_lag
 from harness.results.token_timing import pooled_itl
 
@@ -37,27 +42,9 @@ class LevelStats:
     requests: int = field(metadata=figure("requests", header="req", format=COUNT))
     errors: int = field(metadata=figure("errors", header="err", format=COUNT))
     short_outputs: int = field(metadata=figure("short outputs", header="short", format=COUNT))
-    mean_ttft_ms: float | None = field(metadata=figure("mean TTFT", "ms", "TTFT mean"))
-    p50_ttft_ms: float | None = field(metadata=figure("p50 TTFT", "ms", "p50"))
-    p90_ttft_ms: float | None = field(metadata=figure("p90 TTFT", "ms", "p90"))
-    p99_ttft_ms: float | None = field(metadata=figure("p99 TTFT", "ms", "p99"))
-    mean_tps: float | None = field(metadata=figure("mean TPS", "tok/s", "TPS mean"))
-    p50_tps: float | None = field(metadata=figure("TPS p50", "tok/s"))
-    p10_tps: float | None = field(metadata=figure("TPS p10", "tok/s", "TPS p10"))
-    p1_tps: float | None = field(metadata=figure("TPS p1", "tok/s"))
-    # the server's usage.prompt_tokens: what was really sent
-    mean_prompt_tokens: float | None = field(metadata=figure("prompt tokens", header="in tok"))
-    mean_output_tokens: float | None = field(metadata=figure("output tokens", header="out tok"))
-    throughput_tps: float | None = field(metadata=figure("throughput", "tok/s", "tok/s all"))
-    # time per output token after the first (per request)
-    mean_tpot_ms: float | None = field(
-        default=None, metadata=figure("mean TPOT", "ms/token", "TPOT mean", "%.2f"))
-    p50_tpot_ms: float | None = field(
-        default=None, metadata=figure("p50 TPOT", "ms/token", "p50", "%.2f"))
-    p90_tpot_ms: float | None = field(
-        default=None, metadata=figure("p90 TPOT", "ms/token", format="%.2f"))
-    p99_tpot_ms: float | None = field(
-        default=None, metadata=figure("p99 TPOT", "ms/token", "p99", "%.2f"))
+    # (the declared per-request figures' statistics follow: TTFT, TPS, TPOT, E2E ...)
+    throughput_tps: float | None = field(
+        default=None, metadata=figure("throughput", "tok/s", "tok/s all"))
     # token-weighted, pooled over the level's token gaps
     mean_itl_ms: float | None = field(
         default=None, metadata=figure("mean ITL", "ms/token", "ITL mean", "%.2f"))
@@ -67,15 +54,9 @@ class LevelStats:
         default=None, metadata=figure("p90 ITL", "ms/token", "p90", "%.2f"))
     p99_itl_ms: float | None = field(
         default=None, metadata=figure("p99 ITL", "ms/token", "p99", "%.2f"))
-    mean_tokens_per_chunk: float | None = field(
-        default=None, metadata=figure("tokens per chunk", header="tok/chunk", format="%.2f"))
     # some stream carried no per-chunk usage
     tokens_per_chunk_estimated: bool | None = field(
         default=None, metadata=figure("tokens per chunk estimated", format=None))
-    # the whole request, send to last byte
-    p50_e2e_ms: float | None = field(default=None, metadata=figure("p50 E2E", "ms", "E2E p50"))
-    p90_e2e_ms: float | None = field(default=None, metadata=figure("p90 E2E", "ms", "p90"))
-    p99_e2e_ms: float | None = field(default=None, metadata=figure("p99 E2E", "ms", "p99"))
     # with an SLO: the share of requests meeting all of it, and such requests per second of busy
     # time; the results file knows no SLO, so its `levels` view has neither
     goodput_share: float | None = field(default=None, metadata=figure(
@@ -93,20 +74,10 @@ class LevelStats:
     lag_warning: str | None = field(default=None, metadata=figure(
         "send lag warning", format=None, group="rate", sql=False, summary=False,
         explorer=False))
-    # a trace replay: a timed level's speedup (its rate is what that offers), the prompt
-    # tokens asked for (the trace's, scaled and clipped), those its hash ids share with the
-    # pass's earlier requests, and those the server said it found cached
+    # a trace replay: a timed level's speedup (its rate is what that offers)
     speedup: float | None = field(
         default=None, metadata=figure("speedup", "x", "X", "%.3g", group="trace"))
-    mean_input_tokens_requested: float | None = field(
-        default=None, metadata=figure("prompt tokens asked", header="asked tok",
-                                      group="trace"))
-    mean_trace_prefix_tokens: float | None = field(
-        default=None, metadata=figure("prompt tokens shared (trace)", header="shared tok",
-                                      group="trace"))
-    mean_cached_tokens: float | None = field(
-        default=None, metadata=figure("cached tokens", header="cached tok", group="trace"))
-    # the declared per-request figures' statistics, by level name ("p90_ttfo_ms"): their
+    # the declared per-request figures' statistics, by level name ("mean_ttft_ms"): their
     # names, types and where they show are declared in harness.results.request_figures
     declared: dict[str, Value] = field(default_factory=dict)
 
@@ -114,13 +85,25 @@ class LevelStats:
         """A figure by its level name, a field's or a declared one's."""
         return self.declared.get(name) if name in DECLARED_FIGURES else getattr(self, name)
 
+    def number(self, name: str) -> float | None:
+        """A declared figure's statistic that is a number ("mean_ttft_ms"), None where the
+        level has none."""
+        value = self.declared.get(name)
+        return float(value) if isinstance(value, int | float) else None
+
 
 # The declared per-request figures' level statistics (harness.results.request_figures).
 DECLARED_FIGURES: dict[str, Figure] = level_figures()
-# Every LevelStats field's declaration, in field order, then the declared figures'.
+# the LevelStats fields the declared figures follow: the level and its request counts
+_LEAD = ("concurrency", "requests", "errors", "short_outputs")
+_FIELD_FIGURES = {f.name: f.metadata["figure"] for f in fields(LevelStats)
+                  if "figure" in f.metadata}
+# Every level figure's declaration: the level's counts, the declared figures, then the other
+# LevelStats fields in field order.
 LEVEL_FIGURES: dict[str, Figure] = {
-    **{f.name: f.metadata["figure"] for f in fields(LevelStats) if "figure" in f.metadata},
+    **{name: _FIELD_FIGURES[name] for name in _LEAD},
     **DECLARED_FIGURES,
+    **{name: fig for name, fig in _FIELD_FIGURES.items() if name not in _LEAD},
 }
 
 
@@ -139,8 +122,8 @@ def mean_prompt_tokens(records: Iterable[RequestRecord]) -> float | None:
 def prompt_warning(stats: LevelStats, target: int) -> str | None:
     """Why a level's prompts do not match the calibrated target (a trace's level: the mean
     its requests asked for), or None when they do."""
-    mean = stats.mean_prompt_tokens
-    asked = stats.mean_input_tokens_requested or target
+    mean = stats.number("mean_prompt_tokens")
+    asked = stats.number("mean_input_tokens_requested") or target
     if mean is None or abs(mean - asked) <= PROMPT_TOLERANCE * asked:
         return None
     return (f"{level_name(stats)}: prompts averaged {mean:.1f} tokens, {mean / asked - 1:+.1%} "
@@ -183,51 +166,27 @@ def level_stats(
     """Statistics of one level. Throughput = successful output tokens / the level's busy time
     (while any of its requests was in flight), so an outage between resumed rounds is not in it."""
     good = [r for r in records if r.ok]
-    ttfts = [r.ttft_ms for r in good if r.ttft_ms is not None]
-    tpss = [r.tps for r in good if r.tps is not None]
-    tokens = [r.output_tokens for r in good]
     short = sum(1 for r in good if r.output_tokens < (r.output_tokens_requested or output_target))
-    tpots = [r.tpot_ms for r in good if r.tpot_ms is not None]
-    e2es = [r.latency_ms for r in good if r.latency_ms is not None]
     throughput = None
     if good:
         busy = busy_seconds([(r.sent_at, r.sent_at + (r.latency_ms or 0.0) / 1000)
                              for r in records])
-        throughput = sum(tokens) / busy if busy > 0 else None
+        throughput = sum(r.output_tokens for r in good) / busy if busy > 0 else None
     lag = _send_lag(records)
     share, rps = goodput(records, slo) if slo else (None, None)
     itl = pooled_itl((r.itl_mean_ms, r.itl_bins, r.itl_counts) for r in good)
-    per_chunk = [r.tokens_per_chunk for r in good if r.tokens_per_chunk is not None]
     return LevelStats(
         concurrency=concurrency,
         requests=len(records),
         errors=len(records) - len(good),
         short_outputs=short,
-        mean_ttft_ms=mean(ttfts),
-        p50_ttft_ms=quantile(ttfts, 0.5),
-        p90_ttft_ms=quantile(ttfts, 0.9),
-        p99_ttft_ms=quantile(ttfts, 0.99),
-        mean_tps=mean(tpss),
-        p50_tps=quantile(tpss, 0.5),
-        p10_tps=quantile(tpss, 0.1),
-        p1_tps=quantile(tpss, 0.01),
-        mean_output_tokens=mean(tokens),
-        mean_prompt_tokens=mean_prompt_tokens(good),
         throughput_tps=throughput,
-        mean_tpot_ms=mean(tpots),
-        p50_tpot_ms=quantile(tpots, 0.5),
-        p90_tpot_ms=quantile(tpots, 0.9),
-        p99_tpot_ms=quantile(tpots, 0.99),
         mean_itl_ms=itl.mean_ms,
         p50_itl_ms=itl.p50_ms,
         p90_itl_ms=itl.p90_ms,
         p99_itl_ms=itl.p99_ms,
-        mean_tokens_per_chunk=mean(per_chunk),
         tokens_per_chunk_estimated=(any(r.tokens_per_chunk_estimated for r in good)
                                     if good else None),
-        p50_e2e_ms=quantile(e2es, 0.5),
-        p90_e2e_ms=quantile(e2es, 0.9),
-        p99_e2e_ms=quantile(e2es, 0.99),
         goodput_share=share,
         goodput_rps=rps,
         rate=rate,
@@ -235,13 +194,15 @@ def level_stats(
         p99_send_lag_ms=lag.p99_ms if lag else None,
         lag_warning=lag.warning if lag else None,
         speedup=next((r.speedup for r in records if r.speedup is not None), None),
-        mean_input_tokens_requested=mean([r.input_tokens_requested for r in good
-                                          if r.input_tokens_requested is not None]),
-        mean_trace_prefix_tokens=mean([r.trace_prefix_tokens for r in good
-                                       if r.trace_prefix_tokens is not None]),
-        mean_cached_tokens=mean([r.cached_tokens for r in good if r.cached_tokens is not None]),
-        declared=level_values(r.figures for r in good),
+        declared=level_values(figure_values(r) for r in good),
     )
+
+
+def figure_values(record: RequestRecord) -> dict[str, Value]:
+    """A request's value of each declared figure, by name: its own column's from
+    `figures`, the record's or a derived one from the record."""
+    return {f.name: record.figures.get(f.name) if f.source == "column"
+            else getattr(record, f.name) for f in REQUEST_FIGURES}
 
 
 def stats_by_level(records: Iterable[RequestRecord], output_target: int,
@@ -320,9 +281,8 @@ def judged_fields(statistic: str, ttft_of: str = "first") -> tuple[str, str]:
 
 def point(stats: LevelStats, statistic: str = "mean", ttft_of: str = "first") -> LevelPoint:
     ttft_field, tps_field = judged_fields(statistic, ttft_of)
-    ttft = stats.value(ttft_field)
-    return LevelPoint(stats.concurrency, ttft if isinstance(ttft, float) else None,
-                      getattr(stats, tps_field), stats.errors, stats.goodput_share)
+    return LevelPoint(stats.concurrency, stats.number(ttft_field), stats.number(tps_field),
+                      stats.errors, stats.goodput_share)
 
 
 @dataclass(slots=True, frozen=True)

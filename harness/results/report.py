@@ -116,7 +116,7 @@ def summarise(
         intervals = level_intervals(records)
         found.update(_repeats(levels, records, cast(int, run.output_tokens), targets,
                               intervals))
-    traced = any(s.mean_input_tokens_requested is not None or s.speedup is not None
+    traced = any(s.number("mean_input_tokens_requested") is not None or s.speedup is not None
                  for s in stats)
     if traced:  # a trace replay, or lengths drawn from a trace
         by_level = {(s.concurrency, _round(s.rate)): s for s in stats}

@@ -9,8 +9,9 @@ from importlib.resources import files
 import duckdb
 
 from harness.results.request_figures import (
-    REQUEST_FIGURES,
+    COLUMN_FIGURES,
     add_columns_sql,
+    derived_sql,
     fill_old_rows_sql,
     level_sql,
 )
@@ -18,19 +19,23 @@ from harness.results.request_figures import (
 # the layout of the tables and views in sql/, stamped in the file's schema_version table: one
 # more whenever they change, so an older engram-bench refuses a file a newer one has written
 # (its views would be replaced by older ones) instead of reading it wrong; each declared
-# per-request figure (harness.results.request_figures) is a column more, so counts as one
-SCHEMA_VERSION = 5 + len(REQUEST_FIGURES)
+# per-request figure with a column of its own (harness.results.request_figures) is a column
+# more, so counts as one
+SCHEMA_VERSION = 5 + len(COLUMN_FIGURES)
 
 
 def _sql(name: str) -> str:
     return (files("harness.results") / "sql" / name).read_text(encoding="utf-8")
 
 
-# where the `levels` view takes the declared figures' statistics
+# where the `request_figures` view takes the derived figures, and the `levels` view the
+# declared figures' statistics
+_DERIVED_COLUMNS = "    -- derived per-request figures (harness.results.request_figures)\n"
 _DECLARED_LEVEL_COLUMNS = "    -- declared per-request figures (harness.results.request_figures)\n"
 # every statement is safe to run again
 SCHEMA = (_sql("tables.sql") + add_columns_sql()
-          + _sql("views.sql").replace(_DECLARED_LEVEL_COLUMNS, level_sql()))
+          + _sql("views.sql").replace(_DERIVED_COLUMNS, derived_sql())
+          .replace(_DECLARED_LEVEL_COLUMNS, level_sql()))
 # what brings the tables of a file an older version wrote up to today's (the declared
 # columns too, with what its rows read for them); SCHEMA then replaces its views and adds the
 # index

@@ -77,30 +77,12 @@ class LevelRow(DeclaredRow, total=False):
     requests: int
     errors: int
     short_outputs: int
-    mean_ttft_ms: float | None
-    p50_ttft_ms: float | None
-    p90_ttft_ms: float | None
-    p99_ttft_ms: float | None
-    mean_tps: float | None
-    p50_tps: float | None
-    p10_tps: float | None
-    p1_tps: float | None
-    mean_prompt_tokens: float | None
-    mean_output_tokens: float | None
     throughput_tps: float | None
-    mean_tpot_ms: float | None
-    p50_tpot_ms: float | None
-    p90_tpot_ms: float | None
-    p99_tpot_ms: float | None
     mean_itl_ms: float | None  # token-weighted
     p50_itl_ms: float | None
     p90_itl_ms: float | None
     p99_itl_ms: float | None
-    mean_tokens_per_chunk: float | None
     tokens_per_chunk_estimated: bool | None
-    p50_e2e_ms: float | None
-    p90_e2e_ms: float | None
-    p99_e2e_ms: float | None
     spec_acceptance_rate: float | None  # the server's speculative decoding, where exposed
     spec_mean_accepted_length: float | None
     loop_lag_p50_ms: float | None  # the harness's self-check (harness.results.client_check)
@@ -127,10 +109,7 @@ class LevelRow(DeclaredRow, total=False):
     p50_send_lag_ms: float | None
     p99_send_lag_ms: float | None
     speedup: float | None  # a trace replay's levels: the timed level's speedup
-    mean_input_tokens_requested: float | None  # ... the prompt tokens asked for
-    mean_trace_prefix_tokens: float | None  # ... shared with earlier requests, by the trace
-    mean_cached_tokens: float | None  # ... found cached, by the server
-    prefix_hit_rate: float | None  # ... its prefix cache's hits over queries, from /metrics
+    prefix_hit_rate: float | None  # ... the server prefix cache's hits over queries, from /metrics
     duty_cycle: float | None  # users levels: measured share of the users' time with a request
     think_mean_ms: float | None  # users levels: the mean think Z (harness.run.think)
     lead_in_cycles: float | None  # users levels: unstored requests per user before storing

@@ -97,8 +97,8 @@ class LevelProgress:
         if self.enabled:
             from harness.results.metrics import level_name  # not in the renderer's process
 
-            ttft = f"{stats.mean_ttft_ms:.1f}" if stats.mean_ttft_ms is not None else "-"
-            tps = f"{stats.mean_tps:.1f}" if stats.mean_tps is not None else "-"
+            ttft, tps = (f"{v:.1f}" if v is not None else "-" for v in (
+                stats.number("mean_ttft_ms"), stats.number("mean_tps")))
             print(f"{level_name(stats)}: {stats.requests} requests, mean TTFT {ttft} ms, "
                   f"mean TPS {tps}, errors {stats.errors}", file=self._file or sys.stderr,
                   flush=True)

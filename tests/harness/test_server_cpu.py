@@ -80,7 +80,7 @@ def _summary(server_cpu: dict) -> tuple[dict, str]:
     `--json` summary and its printed text."""
     records = make_records()
     stats = stats_by_level(records, 128)
-    tps = {s.concurrency: s.mean_tps for s in stats}
+    tps = {s.concurrency: s.number("mean_tps") for s in stats}
     targets = Targets(tps_min=(tps[2] + tps[4]) / 2)  # C=4 fails on TPS
     assert capacity([point(s, "mean") for s in stats], targets).max_c == 2
     run = RunRow(run_id="run-a", status="complete", mode="closed", levels=[1, 2, 4],

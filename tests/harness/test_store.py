@@ -41,12 +41,16 @@ def test_levels_view_matches_metrics(store):
     records = make_records()
     for i, r in enumerate(records):
         r.input_tokens = 110 + i % 37  # prompt means that differ per level
+        # a trace's figures, some requests without them
+        r.input_tokens_requested, r.trace_prefix_tokens = 100 + i % 5, 16 * (i % 3)
+        r.cached_tokens = None if i % 4 == 0 else 32 + i
     store.write_requests("run-a", records)
     view = store.levels("run-a")
     expected = stats_by_level(records, 128)
     assert [v["concurrency"] for v in view] == [s.concurrency for s in expected]
     for row, stats in zip(view, expected, strict=True):
-        for name in figure_names("level", "sql"):  # every figure the view holds
+        # every figure the view holds
+        for name in (*figure_names("level", "sql"), *figure_names("trace", "sql")):
             value = stats.value(name)
             assert row[name] == (value if value is None or isinstance(value, bool)
                                  else pytest.approx(value, rel=1e-6)), name

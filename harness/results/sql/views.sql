@@ -1,13 +1,10 @@
 -- The results file's views over tables.sql, replaced each time tables.sql runs.
--- each request with what its row implies: TPS = output tokens / the whole request time, TTFT
--- included, and TPOT = the time per output token after the first (the SQL forms of
--- harness.records.RequestRecord.tps and .tpot_ms), and when it ended
+-- each request with what its row implies: the derived per-request figures (TPS, TPOT: the
+-- SQL forms of harness.records.RequestRecord's properties, declared in
+-- harness.results.request_figures), and when it ended
 CREATE OR REPLACE VIEW request_figures AS
 SELECT r.*,
-    CASE WHEN r.ok AND r.latency_ms > 0
-         THEN r.output_tokens / (r.latency_ms / 1000.0) END AS tps,
-    CASE WHEN r.ok AND r.output_tokens > 1 AND r.ttft_ms IS NOT NULL
-         THEN (r.latency_ms - r.ttft_ms) / (r.output_tokens - 1) END AS tpot_ms,
+    -- derived per-request figures (harness.results.request_figures)
     r.sent_at + to_microseconds(CAST(round(r.latency_ms * 1000) AS BIGINT)) AS ended_at
 FROM requests r;
 -- a level is (concurrency, rate): rate levels have concurrency 0, the others rate NULL
@@ -59,18 +56,7 @@ SELECT
     count(*) FILTER (WHERE NOT q.ok) AS errors,
     count(*) FILTER (WHERE q.ok AND q.output_tokens
                      < coalesce(q.output_tokens_requested, runs.output_tokens)) AS short_outputs,
-    avg(q.ttft_ms) FILTER (WHERE q.ok) AS mean_ttft_ms,
-    quantile_cont(q.ttft_ms, 0.5) FILTER (WHERE q.ok) AS p50_ttft_ms,
-    quantile_cont(q.ttft_ms, 0.9) FILTER (WHERE q.ok) AS p90_ttft_ms,
-    quantile_cont(q.ttft_ms, 0.99) FILTER (WHERE q.ok) AS p99_ttft_ms,
-    avg(q.tps) AS mean_tps,
-    quantile_cont(q.tps, 0.5) AS p50_tps,
-    quantile_cont(q.tps, 0.1) AS p10_tps,
-    quantile_cont(q.tps, 0.01) AS p1_tps,
-    avg(q.tpot_ms) AS mean_tpot_ms,
-    quantile_cont(q.tpot_ms, 0.5) AS p50_tpot_ms,
-    quantile_cont(q.tpot_ms, 0.9) AS p90_tpot_ms,
-    quantile_cont(q.tpot_ms, 0.99) AS p99_tpot_ms,
+    -- declared per-request figures (harness.results.request_figures)
     -- token-weighted: each request's mean ITL weighted by its token gaps
     sum(q.itl_mean_ms * list_sum(q.itl_counts)) FILTER (WHERE q.ok)
         / sum(list_sum(q.itl_counts)) FILTER (WHERE q.ok AND q.itl_mean_ms IS NOT NULL)
@@ -78,13 +64,7 @@ SELECT
     any_value(itl.p50_itl_ms) AS p50_itl_ms,
     any_value(itl.p90_itl_ms) AS p90_itl_ms,
     any_value(itl.p99_itl_ms) AS p99_itl_ms,
-    avg(q.tokens_per_chunk) FILTER (WHERE q.ok) AS mean_tokens_per_chunk,
     bool_or(q.tokens_per_chunk_estimated) FILTER (WHERE q.ok) AS tokens_per_chunk_estimated,
-    quantile_cont(q.latency_ms, 0.5) FILTER (WHERE q.ok) AS p50_e2e_ms,
-    quantile_cont(q.latency_ms, 0.9) FILTER (WHERE q.ok) AS p90_e2e_ms,
-    quantile_cont(q.latency_ms, 0.99) FILTER (WHERE q.ok) AS p99_e2e_ms,
-    avg(q.output_tokens) FILTER (WHERE q.ok) AS mean_output_tokens,
-    avg(q.input_tokens) FILTER (WHERE q.ok) AS mean_prompt_tokens,
     CASE WHEN count(*) FILTER (WHERE q.ok) > 0 AND sum(q.busy_us) > 0
          THEN sum(q.output_tokens) FILTER (WHERE q.ok) / sum(q.busy_us) * 1e6 END
         AS throughput_tps,
@@ -94,12 +74,8 @@ SELECT
         AS p50_send_lag_ms,
     quantile_cont(epoch_us(q.sent_at) - epoch_us(q.scheduled_at), 0.99) / 1000.0
         AS p99_send_lag_ms,
-    avg(q.cached_tokens) FILTER (WHERE q.ok) AS mean_cached_tokens,
-    -- a trace replay: a timed level's speedup, the prompt tokens asked for and those the
-    -- trace's hash ids share with the pass's earlier requests
+    -- a trace replay: a timed level's speedup
     any_value(q.speedup) AS speedup,
-    avg(q.input_tokens_requested) FILTER (WHERE q.ok) AS mean_input_tokens_requested,
-    avg(q.trace_prefix_tokens) FILTER (WHERE q.ok) AS mean_trace_prefix_tokens,
     -- users mode: the share of each user's time with a request running (busy / busy + think)
     -- over the requests a think followed (harness.results.users.duty_cycle)
     CASE WHEN count(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL) > 0
@@ -107,7 +83,7 @@ SELECT
               / (sum(q.latency_ms) FILTER (WHERE q.think_ms IS NOT NULL)
                  + sum(q.think_ms) FILTER (WHERE q.latency_ms IS NOT NULL)) END
         AS duty_cycle,
-    -- declared per-request figures (harness.results.request_figures)
+    -- the harness's self-check and the server's CPU, the worst pass of the level
     any_value(client.loop_lag_p99_ms) AS loop_lag_p99_ms,
     any_value(client.read_lag_mean_ms) AS read_lag_mean_ms,
     any_value(client.client_cpu_share) AS client_cpu_share,

@@ -204,15 +204,15 @@ class _Replay(base.LoadMode):
     def notes(self, stats: LevelStats) -> list[str]:
         """What the server counted and found cached against what the trace asked and shares."""
         parts = []
-        if stats.mean_input_tokens_requested is not None and stats.mean_prompt_tokens:
-            parts.append(f"prompts {stats.mean_prompt_tokens:.0f} tokens by the server's count "
-                         f"({stats.mean_prompt_tokens / stats.mean_input_tokens_requested - 1:+.1%}"
-                         f" on the {stats.mean_input_tokens_requested:.0f} asked)")
-        if stats.mean_trace_prefix_tokens is not None:
-            cached = ("" if stats.mean_cached_tokens is None else
-                      f", {stats.mean_cached_tokens:.0f} found cached by the server")
-            parts.append(f"{stats.mean_trace_prefix_tokens:.0f} shared by the trace's blocks"
-                         f"{cached}")
+        counted, asked = stats.number("mean_prompt_tokens"), stats.number(
+            "mean_input_tokens_requested")
+        if asked is not None and counted:
+            parts.append(f"prompts {counted:.0f} tokens by the server's count "
+                         f"({counted / asked - 1:+.1%} on the {asked:.0f} asked)")
+        if (shared := stats.number("mean_trace_prefix_tokens")) is not None:
+            found = stats.number("mean_cached_tokens")
+            cached = "" if found is None else f", {found:.0f} found cached by the server"
+            parts.append(f"{shared:.0f} shared by the trace's blocks{cached}")
         return [f"{level_name(stats)}: {'; '.join(parts)}"] if parts else []
 
 
