@@ -21,6 +21,10 @@ CPU between rows whose first tokens were read about as late.
 
     .venv/bin/python -m benchmarks.one_loop --old /tmp/old [--levels 32,256,512,1024]
         [--passes 2] [--rounds 2] [--tokens 64] [--ttft-ms 150] [--itl-ms 40]
+        [--reasoning-tokens 0]
+
+`--reasoning-tokens N`: the fake server streams each answer's first N tokens as reasoning
+deltas (their TTFT is the first of them, in either tree).
 """
 
 from __future__ import annotations
@@ -163,7 +167,9 @@ def report(rows: list[dict], names: dict[str, str], args: argparse.Namespace,
 
     print(f"\n{machine_line(load_at_start)}; old = {names['old']}, new = {names['new']}; "
           f"one fake server process, TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, "
-          f"{args.tokens} tokens, {args.rounds} rounds; one load loop")
+          f"{args.tokens} tokens ({args.reasoning_tokens} of them reasoning), "
+          f"{args.rounds} rounds; "
+          "one load loop")
     print("| C | arm | requests | TTFT bias ms | server read the request late ms | harness "
           "read the first token late ms | harness CPU us/token, level (process) | writer / "
           "server CPU us/token | GC pauses in the level ms (longest; full ones) | self-check "
@@ -199,6 +205,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--ttft-ms", type=float, default=150.0)
     parser.add_argument("--itl-ms", type=float, default=40.0)
+    parser.add_argument("--reasoning-tokens", type=int, default=0)
     parser.add_argument("--arm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--c", type=int, help=argparse.SUPPRESS)
@@ -215,7 +222,8 @@ def main() -> None:
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "harness.mock_server", "--port", str(port), "--ttft-ms",
-         str(args.ttft_ms), "--itl-ms", str(args.itl_ms)],
+         str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--reasoning-tokens",
+         str(args.reasoning_tokens)],
         stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert server.stdout is not None
     server.stdout.readline()  # "listening on ..."
