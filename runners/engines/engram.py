@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from common import stats_keys
-from common.flag_types import fraction, positive_float
+from common.flag_types import fraction, positive_float, positive_int
 from runners.engines.base import ManagedEngine, Say
 from runners.lifecycle import BundledServer, ManagedServer
 from runners.profiles import DeviceProfile
@@ -32,6 +32,7 @@ class EngramOptions:
     page_cache_gb: float | None = None
     cache_state: str | None = None
     decode: str | None = None
+    reasoning_tokens: int | None = None
 
 
 class Engram(ManagedEngine[EngramOptions]):
@@ -40,7 +41,7 @@ class Engram(ManagedEngine[EngramOptions]):
     title = "the bundled Engram server"
     # --placement is a shared flag (a label for --url), read only by this engine
     flags = ("placement", "io", "table_size_gb", "preset", "cache_ratio", "page_cache_gb",
-             "cache_state", "decode")
+             "cache_state", "decode", "reasoning_tokens")
     extra = "server"  # torch and the HTTP stack, in this process's environment
     serve_module = "runners.engram"
 
@@ -64,6 +65,10 @@ class Engram(ManagedEngine[EngramOptions]):
         parser.add_argument("--decode", choices=("sample", "replay"),
                             help="bundled server: output tokens (default: replay, a natural "
                                  "token stream)")
+        parser.add_argument("--reasoning-tokens", type=positive_int, metavar="N",
+                            help="bundled server: stream each chat answer's first N tokens as "
+                                 "reasoning, as a reasoning model thinks first (default: none; "
+                                 "judge on the answer's first token with --ttft-of output)")
 
     def options(self, args: argparse.Namespace) -> EngramOptions:
         return EngramOptions(**{dest: getattr(args, dest, None) for dest in self.flags})
@@ -75,11 +80,12 @@ class Engram(ManagedEngine[EngramOptions]):
                     ("--cache-ratio", options.cache_ratio),
                     ("--page-cache-gb", options.page_cache_gb),
                     ("--cache-state", options.cache_state),
-                    ("--decode", options.decode or "replay"))
+                    ("--decode", options.decode or "replay"),
+                    ("--reasoning-tokens", options.reasoning_tokens))
         return ("--device", device.name, "--preset", options.preset or DEFAULT_PRESET,
                 "--placement", self.table_placement(options, device),
                 *(item for flag, value in optional if value is not None
-                  for item in (flag, repr(value) if isinstance(value, float) else value)))
+                  for item in (flag, repr(value) if isinstance(value, float) else str(value))))
 
     def table_placement(self, options: EngramOptions, device: DeviceProfile) -> str:
         return options.placement or device.table_placement

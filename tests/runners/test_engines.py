@@ -20,6 +20,7 @@ from harness.config import StoredRun
 from harness.results.store import Store
 from runners import engines
 from runners.engines.base import EngineFlagError, ManagedEngine, Say
+from runners.engram.__main__ import build_parser as serve_parser
 from runners.lifecycle import ManagedServer
 from runners.profiles import DeviceProfile
 
@@ -70,6 +71,15 @@ def test_bundled_choices_are_the_registry_and_engram_is_the_default():
 def test_each_engines_stored_args_start_that_engine_again(tmp_path, bundled):
     config = _config(tmp_path, "--device", "cpu", "--bundled", bundled)
     assert engines.engine_of(config.server_args) is engines.ENGINES[bundled]
+
+
+def test_the_bundled_server_a_run_starts_reasons_as_asked(tmp_path):
+    config = _config(tmp_path, "--device", "cpu", "--reasoning-tokens", "12")
+    args = list(config.server_args)
+    assert args[args.index("--reasoning-tokens") + 1] == "12"
+    assert "--reasoning-tokens" not in _config(tmp_path, "--device", "cpu").server_args
+    served = serve_parser().parse_args(list(config.server_args))
+    assert served.reasoning_tokens == 12
 
 
 def test_runs_stored_before_engines_were_named_resolve_as_they_did():
