@@ -63,6 +63,7 @@ class MockConfig:
     reasoning_tokens: int = 0  # chat: the first N tokens arrive as reasoning deltas, and
     # usage.completion_tokens_details.reasoning_tokens counts them; a request whose max_tokens
     # ends inside them never answers
+    reasoning_share: float = 0.0  # chat: or this share of each answer's tokens (rounded down)
     reasoning_field: str = "reasoning_content"  # the delta's field: vLLM's and SGLang's name,
     # or "reasoning" as newer vLLM streams it
     tool_calls: bool = False  # chat: tokens arrive as tool-call argument deltas, no content
@@ -96,6 +97,14 @@ class MockConfig:
                              f"{', '.join(REASONING_FIELDS)}")
         if self.reasoning_tokens < 0:
             raise ValueError("reasoning_tokens must be at least 0")
+        if not 0 <= self.reasoning_share <= 1:
+            raise ValueError("reasoning_share must be a share in [0, 1]")
+        if self.reasoning_tokens and self.reasoning_share:
+            raise ValueError("reasoning_tokens and reasoning_share: give one of them")
+
+    def reasoning_of(self, n_tokens: int) -> int:
+        """How many of a chat answer's `n_tokens` go out as reasoning."""
+        return min(self.reasoning_tokens or int(self.reasoning_share * n_tokens), n_tokens)
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens",
@@ -341,7 +350,7 @@ class MockServer:
             await asyncio.sleep((cfg.ttft_ms + cfg.itl_ms * (n_tokens - 1)) / 1000)
             timing.first_write = timing.last_write = time.perf_counter()
             timing.tokens = n_tokens
-            timing.reasoning_tokens = min(cfg.reasoning_tokens, n_tokens) if chat else 0
+            timing.reasoning_tokens = cfg.reasoning_of(n_tokens) if chat else 0
             if timing.reasoning_tokens < n_tokens:
                 timing.first_answer_write = timing.first_write
             return _send_json(writer, 200, _final_object(
@@ -374,7 +383,7 @@ class MockServer:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
         frame = _ChunkFramer(chat, cfg.model, cfg.tool_calls, cfg.reasoning_field)
-        reasoning_tokens = min(cfg.reasoning_tokens, n_tokens) if chat else 0
+        reasoning_tokens = cfg.reasoning_of(n_tokens) if chat else 0
         if cfg.keepalive_comments:
             writer.write(_chunk(b": ping\n\n"))
         next_t = body_read + cfg.ttft_ms * (self.in_flight if cfg.shared_prefill else 1) / 1000

@@ -33,6 +33,7 @@ class EngramOptions:
     cache_state: str | None = None
     decode: str | None = None
     reasoning_tokens: int | None = None
+    reasoning_share: float | None = None
 
 
 class Engram(ManagedEngine[EngramOptions]):
@@ -41,7 +42,8 @@ class Engram(ManagedEngine[EngramOptions]):
     title = "the bundled Engram server"
     # --placement is a shared flag (a label for --url), read only by this engine
     flags = ("placement", "io", "table_size_gb", "preset", "cache_ratio", "page_cache_gb",
-             "cache_state", "decode", "reasoning_tokens")
+             "cache_state", "decode", "reasoning_tokens",
+             "reasoning_share")
     extra = "server"  # torch and the HTTP stack, in this process's environment
     serve_module = "runners.engram"
 
@@ -65,10 +67,14 @@ class Engram(ManagedEngine[EngramOptions]):
         parser.add_argument("--decode", choices=("sample", "replay"),
                             help="bundled server: output tokens (default: replay, a natural "
                                  "token stream)")
-        parser.add_argument("--reasoning-tokens", type=positive_int, metavar="N",
+        reasoning = parser.add_mutually_exclusive_group()
+        reasoning.add_argument("--reasoning-tokens", type=positive_int, metavar="N",
                             help="bundled server: stream each chat answer's first N tokens as "
                                  "reasoning, as a reasoning model thinks first (default: none; "
                                  "judge on the answer's first token with --ttft-of output)")
+        reasoning.add_argument("--reasoning-share", type=fraction, metavar="F",
+                            help="bundled server: or stream this share of each chat answer's "
+                                 "max_tokens as reasoning, in (0, 1]")
 
     def options(self, args: argparse.Namespace) -> EngramOptions:
         return EngramOptions(**{dest: getattr(args, dest, None) for dest in self.flags})
@@ -81,7 +87,8 @@ class Engram(ManagedEngine[EngramOptions]):
                     ("--page-cache-gb", options.page_cache_gb),
                     ("--cache-state", options.cache_state),
                     ("--decode", options.decode or "replay"),
-                    ("--reasoning-tokens", options.reasoning_tokens))
+                    ("--reasoning-tokens", options.reasoning_tokens),
+                    ("--reasoning-share", options.reasoning_share))
         return ("--device", device.name, "--preset", options.preset or DEFAULT_PRESET,
                 "--placement", self.table_placement(options, device),
                 *(item for flag, value in optional if value is not None

@@ -58,11 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "and last token written, finished (time.monotonic() seconds, the clock "
                         "of perf_counter), token counts, status, the sampling fields received, "
                         "the client's X-Request-Id (default: no log)")
-    p.add_argument("--reasoning-tokens", type=int, default=0, metavar="N",
-                   help="stream a chat's first N generated tokens as reasoning, counted in "
-                        "usage.completion_tokens_details.reasoning_tokens and in /metrics' "
-                        "engram_reasoning_tokens_total, as a reasoning model thinks before "
-                        "its answer; a max_tokens of N or less never answers")
+    reasoning = p.add_mutually_exclusive_group()
+    reasoning.add_argument(
+        "--reasoning-tokens", type=int, default=0, metavar="N",
+        help="stream a chat's first N generated tokens as reasoning, counted in "
+             "usage.completion_tokens_details.reasoning_tokens and in /metrics' "
+             "engram_reasoning_tokens_total, as a reasoning model thinks before its answer; a "
+             "max_tokens of N or less never answers")
+    reasoning.add_argument(
+        "--reasoning-share", type=float, default=0.0, metavar="F",
+        help="or stream this share of each chat's max_tokens (rounded down) as reasoning, in "
+             "[0, 1]")
     p.add_argument("--reasoning-field", choices=REASONING_FIELDS, default=REASONING_FIELDS[0],
                    help="the delta field reasoning streams in: reasoning_content (vLLM, "
                         "SGLang) or reasoning (newer vLLM)")
@@ -99,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             prefetch=not args.no_prefetch, request_log=args.request_log,
             device_profile=prof.name, kv_pool_gib=args.kv_pool_gb,
             prefix_caching=not args.no_prefix_caching,
-            reasoning_tokens=args.reasoning_tokens, reasoning_field=args.reasoning_field,
+            reasoning_tokens=args.reasoning_tokens, reasoning_share=args.reasoning_share,
+            reasoning_field=args.reasoning_field,
         )
         runtime = Runtime(options)
     except (ServerConfigError, OSError) as exc:

@@ -65,6 +65,7 @@ class ServerOptions:
     kv_pool_gib: float | None = None  # explicit KV pool size (overrides the device's)
     prefix_caching: bool = True
     reasoning_tokens: int = 0  # a chat's first tokens sent as reasoning (serving.py)
+    reasoning_share: float = 0.0  # ... or this share of each chat's max_tokens
     reasoning_field: str = "reasoning_content"
 
     def __post_init__(self) -> None:
@@ -78,6 +79,10 @@ class ServerOptions:
             raise ServerConfigError("max running requests must be at least 1")
         if self.reasoning_tokens < 0:
             raise ServerConfigError("--reasoning-tokens must be 0 or more")
+        if not 0 <= self.reasoning_share <= 1:
+            raise ServerConfigError("--reasoning-share must be a share in [0, 1]")
+        if self.reasoning_tokens and self.reasoning_share:
+            raise ServerConfigError("--reasoning-tokens and --reasoning-share: give one of them")
         if self.reasoning_field not in REASONING_FIELDS:
             raise ServerConfigError(f"--reasoning-field must be one of "
                                     f"{', '.join(REASONING_FIELDS)}")
@@ -167,7 +172,8 @@ class Runtime:
                              options.decode, kv_blocks=self.kv_pool_bytes // block_bytes,
                              prefix_caching=options.prefix_caching)
         self.serving = Serving(self.engine, self.tokenizer, self.cfg.name, self.request_log,
-                               options.reasoning_tokens, options.reasoning_field)
+                               options.reasoning_tokens, options.reasoning_field,
+                               options.reasoning_share)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self._block_stat = os_io.block_stat_path(str(self.table.path))
         self._started = time.monotonic()

@@ -70,11 +70,14 @@ async def off_loop_if_long(chars: int, tokenize: Callable[[], list[int]]) -> lis
 class Serving:
     def __init__(self, engine: Engine, tokenizer: EngramTokenizer, model_name: str,
                  request_log: RequestLog | None = None, reasoning_tokens: int = 0,
-                 reasoning_field: str = "reasoning_content") -> None:
+                 reasoning_field: str = "reasoning_content", reasoning_share: float = 0.0,
+                 ) -> None:
         """`reasoning_tokens`: a chat's first tokens up to this many are sent as reasoning in
-        `reasoning_field` (the completions route has no such field: all text there)."""
+        `reasoning_field` (the completions route has no such field: all text there); or
+        `reasoning_share` of its max_tokens, rounded down."""
         self.engine = engine
         self.reasoning_limit = reasoning_tokens
+        self.reasoning_share = reasoning_share
         self.reasoning_field = reasoning_field
         self.reasoning_tokens_sent = 0  # the counter /metrics exports
         self.tokenizer = tokenizer
@@ -155,7 +158,8 @@ class Serving:
     async def pieces(self, call: Call) -> AsyncIterator[Piece]:
         """Text deltas as the engine produces them; cancels the sequence if abandoned."""
         seq, queue, stops = call.seq, call.queue, call.req.stop_strings
-        limit = self.reasoning_limit if isinstance(call.req, ChatRequest) else 0
+        limit = ((self.reasoning_limit or int(self.reasoning_share * call.req.requested_tokens))
+                 if isinstance(call.req, ChatRequest) else 0)
         decoder = StreamDecoder(self.tokenizer)
         text = ""
         finished = False
@@ -190,7 +194,7 @@ class Serving:
         usage = {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
                  "total_tokens": seq.length,
                  "prompt_tokens_details": {"cached_tokens": seq.cached_tokens}}
-        if self.reasoning_limit and isinstance(call.req, ChatRequest):
+        if (self.reasoning_limit or self.reasoning_share) and isinstance(call.req, ChatRequest):
             usage["completion_tokens_details"] = {"reasoning_tokens": call.reasoning_tokens}
         return usage
 

@@ -120,3 +120,13 @@ def test_an_unknown_reasoning_field_is_refused_in_one_sentence():
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("reasoning_field 'thoughts' is not one of "
                                    "reasoning_content, reasoning")
+
+
+def test_a_share_of_each_answer_streams_as_reasoning(start_mock):
+    server = start_mock(reasoning_share=0.25)
+    for max_tokens, reasoned in ((8, 2), (13, 3)):  # rounded down
+        events = _events(server.url, _body(max_tokens))
+        usage = events[-1]["usage"]
+        assert usage["completion_tokens_details"] == {"reasoning_tokens": reasoned}
+        assert [d for e in events if e["choices"]
+                for d in e["choices"][0]["delta"]].count("reasoning_content") == reasoned

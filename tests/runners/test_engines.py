@@ -80,6 +80,8 @@ def test_the_bundled_server_a_run_starts_reasons_as_asked(tmp_path):
     assert "--reasoning-tokens" not in _config(tmp_path, "--device", "cpu").server_args
     served = serve_parser().parse_args(list(config.server_args))
     assert served.reasoning_tokens == 12
+    shared = _config(tmp_path, "--device", "cpu", "--reasoning-share", "0.3").server_args
+    assert serve_parser().parse_args(list(shared)).reasoning_share == 0.3
 
 
 def test_runs_stored_before_engines_were_named_resolve_as_they_did():

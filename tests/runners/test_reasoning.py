@@ -104,3 +104,18 @@ def test_a_negative_count_is_refused_in_one_sentence(tmp_path):
     proc = serve("--reasoning-tokens", "-1", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "engram-bench serve: error: --reasoning-tokens must be 0 or more"
+
+
+def test_a_share_of_each_chats_max_tokens_streams_as_reasoning(tmp_path):
+    with LiveServer(Runtime(options(tmp_path, reasoning_share=0.25))) as shared:
+        for max_tokens, reasoned in ((8, 2), (13, 3)):  # rounded down
+            usage = _stream(shared, max_tokens)[-1]["usage"]
+            assert usage["completion_tokens"] == max_tokens
+            assert usage["completion_tokens_details"] == {"reasoning_tokens": reasoned}
+
+
+def test_a_count_and_a_share_together_are_refused_in_one_sentence(tmp_path):
+    proc = serve("--reasoning-tokens", "4", "--reasoning-share", "0.5", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(
+        "argument --reasoning-share: not allowed with argument --reasoning-tokens")
