@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from common.console import output_console
+from engram_bench.errors import UserError
 from engram_bench.run_config import auto_workers
 from engram_bench.run_plan import RunPlan, settle
 from engram_bench.show import show_run
@@ -46,7 +47,13 @@ def _target(plan: RunPlan, console: Console) -> Iterator[tuple[SettledRun, int |
 
     with engine.serve(run.config.server_args, say) as server:
         assert server.pid is not None  # running
-        with launch.watching(server.pid, engine.table_files(server), say) as agent:
+        table_files = engine.table_files(server)
+        if run.config.table_state and not table_files:
+            raise UserError(f"--table-state drops or warms the table's file, and "
+                            f"{engine.title} started here reads its table from none (it is in "
+                            "memory, or there is no table): drop --table-state, or place the "
+                            "table in a file (the bundled server: --placement nvme)")
+        with launch.watching(server.pid, table_files, say) as agent:
             hosts = (*run.config.host_metrics, agent) if agent else run.config.host_metrics
             try:
                 yield replace(run, config=replace(run.config, url=server.url,

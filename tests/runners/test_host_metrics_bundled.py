@@ -149,3 +149,20 @@ def test_a_bundled_server_run_starts_an_agent_on_it(tmp_path):
     assert host["table_resident_bytes_end"] is not None
     assert host["disk_read_bytes_per_output_token"] is not None
     assert host["peak_rss_file_bytes"] > 0
+
+
+def test_a_table_state_for_a_server_whose_table_is_in_memory_is_refused_in_one_sentence(
+        tmp_path):
+    db = tmp_path / "bench.duckdb"
+    run = run_cli("run", "--device", "spark", "--preset", "tiny", "--table-size-gb", "0.004",
+                  "--placement", "host", "--table-state", "cold", "--levels", "1",
+                  "--rounds", "1", "--no-progress", "--db", str(db), timeout=300, cwd=tmp_path)
+    assert run.returncode == 2, run.stderr[-3000:]
+    [error] = [line for line in run.stderr.splitlines() if line.startswith("engram-bench:")]
+    assert error == ("engram-bench: error: --table-state drops or warms the table's file, and "
+                     "the bundled Engram server started here reads its table from none (it is "
+                     "in memory, or there is no table): drop --table-state, or place the table "
+                     "in a file (the bundled server: --placement nvme)")
+    assert "Traceback" not in run.stderr
+    if db.exists():  # nothing was measured, so no run is stored
+        assert Store(db).runs() == []
