@@ -38,6 +38,10 @@ def _serve(db_path: str, lock_timeout_s: float, run_id: str, token_times: bool,
     """Child process: write each batch, ack it; exit when told or when the parent died."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # a stop is the parent's to handle (one
         signal.signal(signum, signal.SIG_IGN)  # from a terminal reaches the process group)
+    # its INSERTs wait when the timing loop or a server on this host wants the CPU: a round's
+    # write ran as the next request went out, and a local server woken onto the writer's CPU
+    # read that request 1-2 ms late
+    os.nice(19)
     store = Store(Path(db_path), lock_timeout_s)
     while True:
         try:

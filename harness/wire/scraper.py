@@ -132,6 +132,7 @@ def _serve(endpoint: Endpoint | None, hosts: tuple[str, ...], inbox: mp.Queue, o
     of the next scrape (the server's every INTERVAL_S, the hosts' every SLICE_S); exits when
     told or when the parent died."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    os.nice(19)  # as the writer: the timing loop and a server on this host come first
     target = _Target(endpoint) if endpoint is not None else None
     watched = _Hosts(hosts) if hosts else None
     level: list[Snapshot] | None = None  # the server's snapshots of the level under way
