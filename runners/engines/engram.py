@@ -69,12 +69,13 @@ class Engram(ManagedEngine[EngramOptions]):
                                  "token stream)")
         reasoning = parser.add_mutually_exclusive_group()
         reasoning.add_argument("--reasoning-tokens", type=positive_int, metavar="N",
-                            help="bundled server: stream each chat answer's first N tokens as "
-                                 "reasoning, as a reasoning model thinks first (default: none; "
-                                 "judge on the answer's first token with --ttft-of output)")
+                               help="bundled server: stream each chat answer's first N tokens "
+                                    "as reasoning, as a reasoning model thinks first (default: "
+                                    "none; judge on the answer's first token with --ttft-of "
+                                    "output)")
         reasoning.add_argument("--reasoning-share", type=fraction, metavar="F",
-                            help="bundled server: or stream this share of each chat answer's "
-                                 "max_tokens as reasoning, in (0, 1]")
+                               help="bundled server: or stream this share of each chat "
+                                    "answer's max_tokens as reasoning, in (0, 1]")
 
     def options(self, args: argparse.Namespace) -> EngramOptions:
         return EngramOptions(**{dest: getattr(args, dest, None) for dest in self.flags})
