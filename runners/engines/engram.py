@@ -75,7 +75,8 @@ class Engram(ManagedEngine[EngramOptions]):
                                     "output)")
         reasoning.add_argument("--reasoning-share", type=fraction, metavar="F",
                                help="bundled server: or stream this share of each chat "
-                                    "answer's max_tokens as reasoning, in (0, 1]")
+                                    "answer's max_tokens as reasoning, in (0, 1] (default: "
+                                    "none)")
 
     def options(self, args: argparse.Namespace) -> EngramOptions:
         return EngramOptions(**{dest: getattr(args, dest, None) for dest in self.flags})

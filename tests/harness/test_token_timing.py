@@ -20,13 +20,15 @@ def test_tpot_counts_every_token_of_a_multi_token_chunk(sweep):
                   rounds=8, output_tokens=128)
     [level] = swept.store.levels(swept.run_id)
     assert level["p50_tpot_ms"] == pytest.approx(31 * 10 / 127, rel=0.02)
-    # each request against the server's own clock: its first to its last write
+    # each request against the server's own clock, its first to its last write: within 10 %,
+    # as one first token read late on a loaded runner moves a span of 310 ms by a few ms
+    # (a per-chunk reading would be 4x off)
     server = {t.request_id: t for t in swept.server.server.timings}
     for record in swept.store.requests(swept.run_id):
         truth = server[record.request_id]
         assert record.chunks == 32 and record.output_tokens == truth.tokens == 128
         assert record.tpot_ms == pytest.approx(
-            (truth.last_write - truth.first_write) * 1000 / 127, rel=0.02)
+            (truth.last_write - truth.first_write) * 1000 / 127, rel=0.1)
     assert level["p50_e2e_ms"] == pytest.approx(20 + 31 * 10, rel=0.05)
 
 
