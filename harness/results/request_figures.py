@@ -39,8 +39,11 @@ class RequestFigure:
     where it has a column of its own); a level's statistic of it is `<statistic>_<level_as>`
     ("p90_ttfo_ms"), `level_as` being the name unless given. `derived`: the SQL that works it
     out from the record's columns (`r.` each), as its RequestRecord property does.
-    `old_rows`: the SQL value an upgraded file's rows read for a column of its own, unless
-    `missing_reason` (another declared column) says why it is missing. `table`: the summary's
+    A request may have no value of any figure (NULL: a failed request, a server that counts
+    no tokens), and no statistic counts it; `missing_reason` names the declared column that
+    says why, where a missing value needs saying (a stream that reasoned and never answered
+    has no TTFO). `old_rows`: the SQL value an upgraded file's rows read for a column of its
+    own, unless its `missing_reason` is set. `table`: the summary's
     printed table of such figures has its statistics (the others show in the levels, timing
     and trace tables, which name theirs); `announces`: a level where one of them is neither
     missing nor zero is in that table (other levels have nothing of note there)."""
