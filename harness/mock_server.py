@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.reasoning import REASONING_FIELDS, reasoned_tokens
 from harness.run import aio
 
-REASONING_FIELDS = ("reasoning_content", "reasoning")
 FAULTS = ("none", "http_500", "http_429", "drop", "malformed", "stream_error", "stall", "not_sse",
           "close_on_receipt")
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -104,7 +104,7 @@ class MockConfig:
 
     def reasoning_of(self, n_tokens: int) -> int:
         """How many of a chat answer's `n_tokens` go out as reasoning."""
-        return min(self.reasoning_tokens or int(self.reasoning_share * n_tokens), n_tokens)
+        return reasoned_tokens(self.reasoning_tokens, self.reasoning_share, n_tokens)
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens",

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from common.help_format import DefaultsHelp
-from runners.engram.protocol import REASONING_FIELDS
+from common.reasoning import REASONING_FIELDS
 from runners.profiles import PROFILES, UnknownDevice, profile
 
 

@@ -15,8 +15,6 @@ NEUTRAL: dict[str, object] = {
     "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0,
 }
 INT64 = 2**63
-# the delta fields a reasoning model's thinking streams in: vLLM's and SGLang's, newer vLLM's
-REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
 class APIError(Exception):

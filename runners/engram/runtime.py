@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from common import stats_keys
+from common.reasoning import REASONING_FIELDS
 from runners.engram import os_io, table_file
 from runners.engram.compression import compression_map
 from runners.engram.config import ModelConfig, preset
@@ -17,7 +18,6 @@ from runners.engram.exposition import exposition
 from runners.engram.geometry import EngramGeometry
 from runners.engram.kv_blocks import BLOCK_SIZE, blocks_for
 from runners.engram.model import kv_bytes_per_token, load_model
-from runners.engram.protocol import REASONING_FIELDS
 from runners.engram.request_log import RequestLog
 from runners.engram.serving import Serving
 from runners.engram.stats import ServerStats

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from common.reasoning import reasoned_tokens
 from runners.engram.engine import Engine
 from runners.engram.latency import RequestTimes, ServerLatency
 from runners.engram.protocol import APIError, ChatRequest, CompletionRequest, TokenizeRequest
@@ -158,7 +159,8 @@ class Serving:
     async def pieces(self, call: Call) -> AsyncIterator[Piece]:
         """Text deltas as the engine produces them; cancels the sequence if abandoned."""
         seq, queue, stops = call.seq, call.queue, call.req.stop_strings
-        limit = ((self.reasoning_limit or int(self.reasoning_share * call.req.requested_tokens))
+        limit = (reasoned_tokens(self.reasoning_limit, self.reasoning_share,
+                                 call.req.requested_tokens)
                  if isinstance(call.req, ChatRequest) else 0)
         decoder = StreamDecoder(self.tokenizer)
         text = ""
