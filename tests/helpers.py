@@ -11,8 +11,10 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TypeVar
 
@@ -135,6 +137,30 @@ def group_alive(pgid: int) -> list[int]:
 
     return [pid for pid, (state, group) in processes(state_and_group).items()
             if group == pgid and state != "Z"]
+
+
+@contextlib.contextmanager
+def metrics_text(body: Callable[[], str]) -> Iterator[str]:
+    """A host's /metrics on a free loopback port answering every GET with `body()` (a
+    node_exporter, an agent with another clock): its URL, the server shut after."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = body().encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextlib.contextmanager

@@ -9,9 +9,7 @@ import itertools
 import json
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,15 @@ from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.results.store import Store
 from harness.wire.scraper import Scraper
 from runners.lifecycle import free_port
-from tests.helpers import FAST, ROOT, host_agent, run_cli, stored_rows, wait_while_running
+from tests.helpers import (
+    FAST,
+    ROOT,
+    host_agent,
+    metrics_text,
+    run_cli,
+    stored_rows,
+    wait_while_running,
+)
 
 
 def _run(url: str, db: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -87,31 +93,18 @@ def test_a_watched_process_that_ends_mid_run_loses_its_levels_and_the_run_goes_o
     assert stored[(4, None)][0][1].missing == last["missing"]
 
 
-class _SkewedAgent(BaseHTTPRequestHandler):
-    """An agent whose host's clocks run SKEW_S ahead of this one's (its counters still)."""
+SKEW_S = 7200.0  # how far the skewed agent's host's clocks run ahead of this one's
 
-    SKEW_S = 7200.0
 
-    def do_GET(self) -> None:
-        now_mono, now_wall = time.monotonic() + self.SKEW_S, time.time() + self.SKEW_S
-        body = (f"{m.CLOCK_MONOTONIC} {now_mono}\n{m.CLOCK_WALL} {now_wall}\n"
-                f"{m.PROCESSES} 1\n{m.PROCESS_READ_BYTES} 0\n"
-                f"{m.PROCESS_MAJOR_FAULTS} 0\n").encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+def _skewed_agent() -> str:
+    """An agent's scrape whose host's clocks run SKEW_S ahead (its counters still)."""
+    now_mono, now_wall = time.monotonic() + SKEW_S, time.time() + SKEW_S
+    return (f"{m.CLOCK_MONOTONIC} {now_mono}\n{m.CLOCK_WALL} {now_wall}\n"
+            f"{m.PROCESSES} 1\n{m.PROCESS_READ_BYTES} 0\n{m.PROCESS_MAJOR_FAULTS} 0\n")
 
 
 def test_an_agents_clock_two_hours_ahead_is_mapped_onto_the_harness():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _SkewedAgent)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-
-    async def level() -> tuple[float, float, list]:
+    async def level(url: str) -> tuple[float, float, list]:
         scraper = Scraper(None, (url,))
         try:
             await scraper.start()
@@ -122,12 +115,10 @@ def test_an_agents_clock_two_hours_ahead_is_mapped_onto_the_harness():
         finally:
             scraper.close()
 
-    try:
-        began, ended, [(figures, slices)] = asyncio.run(level())
-    finally:
-        server.shutdown()
+    with metrics_text(_skewed_agent) as url:
+        began, ended, [(figures, slices)] = asyncio.run(level(url))
     assert figures.missing is None and figures.scrapes >= 3
-    assert figures.clock_offset_ms == pytest.approx(_SkewedAgent.SKEW_S * 1000,
+    assert figures.clock_offset_ms == pytest.approx(SKEW_S * 1000,
                                                     abs=figures.round_trip_ms)
     assert len(slices) >= 2
     # on the harness's clock (not two hours ahead): within the level, one after the other

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pandas as pd
 
@@ -17,7 +15,7 @@ from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.records import RequestRecord
 from harness.results.cold_start import NOT_COLD, first_level, first_ttft_ms, state_at_start
 from harness.results.store import Store
-from tests.helpers import FAST, host_agent, run_cli
+from tests.helpers import FAST, host_agent, metrics_text, run_cli
 from tests.runners.test_host_agent import _agent, _table
 from tests.runners.test_table_state import _locker, _on_disk
 
@@ -51,30 +49,12 @@ def test_an_agent_given_no_table_is_refused_before_any_load(tmp_path):
     assert "start it with --table PATH" in line and sent == 0
 
 
-class _NodeExporter(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"node_vmstat_pgmajfault 7\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def test_a_node_exporter_cannot_set_the_table_state(tmp_path):
-    exporter = ThreadingHTTPServer(("127.0.0.1", 0), _NodeExporter)
-    threading.Thread(target=exporter.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{exporter.server_address[1]}/metrics"
-        with ThreadedMockServer(MockConfig(**FAST)) as server:
-            line = _error(_run(server.url, tmp_path, "--host-metrics", url, "--table-state",
-                               "cold"))
-            sent = server.server.requests_seen
-    finally:
-        exporter.shutdown()
-        exporter.server_close()
+    with (metrics_text(lambda: "node_vmstat_pgmajfault 7\n") as url,
+          ThreadedMockServer(MockConfig(**FAST)) as server):
+        line = _error(_run(server.url, tmp_path, "--host-metrics", url, "--table-state",
+                           "cold"))
+        sent = server.server.requests_seen
     assert "is a node_exporter, which cannot drop or read the table" in line and sent == 0
 
 
