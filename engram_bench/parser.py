@@ -14,7 +14,14 @@ from common.flag_types import positive_float as _positive_float
 from common.flag_types import positive_int
 from common.help_format import DefaultsHelp
 from engram_bench.errors import UserError
-from harness.config import DEFAULT_LEVELS, MAX_TEMPERATURE, ConfigError, check_run_id, parse_levels
+from harness.config import (
+    DEFAULT_LEVELS,
+    MAX_TEMPERATURE,
+    TABLE_STATES,
+    ConfigError,
+    check_run_id,
+    parse_levels,
+)
 from harness.results.goodput import Slo, parse_slo
 from harness.results.metrics import STATISTICS, Targets
 from harness.results.peer_views import PEER_TOOLS
@@ -203,7 +210,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                           "across, each its own event loop and connections; auto: one per 512 "
                           "streams of the highest level, at most one per CPU, less one for a "
                           "server on this host")
-    run.add_argument("--table-state", choices=("cold", "warm"), default="",
+    run.add_argument("--table-state", choices=TABLE_STATES, default="",
                      help="set the table's start state through each --host-metrics agent "
                           "before the first level: cold drops its files' page cache and checks "
                           "their residency (a drop other processes' mapped or locked pages "
@@ -213,8 +220,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="--table-state warm reads at most this many GB of the table "
                           "(default: all of it)")
     run.add_argument("--idle", type=float, default=0.0, metavar="S",
-                     help="wait S seconds before each level after the first, the agent reading "
-                          "the table's residency before and after (its decay)")
+                     help="wait S seconds before each pass after the first (each level, each "
+                          "--repeat of it and each --search probe), the agent reading the "
+                          "table's residency before and after (its decay)")
     run.add_argument("--ray", metavar="HOST:PORT", default="",
                      help="run the --workers as Ray actors spread over the nodes of the Ray "
                           "cluster whose head is at HOST:PORT (`ray start --head` prints it; "

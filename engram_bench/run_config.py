@@ -95,8 +95,11 @@ def config_for(args: argparse.Namespace, store: Store,
         raise UserError(f"--resume continues run {run.run_id} as it was started, so "
                         f"{', '.join(conflicts)} cannot change it: drop "
                         f"{'them' if len(conflicts) > 1 else 'it'}, or start a new run")
+    # the table's state was set before the run's first pass: a resume measures on as the table
+    # is, and does not drop or warm it again under a level the summary does not name
     config = _on_cluster(replace(stored, keep_going=args.keep_going, ray=args.ray,
-                                 host_metrics=args.host_metrics), cluster)
+                                 host_metrics=args.host_metrics, table_state="",
+                                 warm_budget_gb=None), cluster)
     if args.url:
         config = replace(config, url=args.url, server_args=())
     return modes.check(config), run.run_id

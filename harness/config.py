@@ -36,6 +36,7 @@ DEFAULT_DURATION_S = 60.0  # mode rate: seconds a rate level sends for
 # in flight 1/factor of the time fills 1/factor of a slot, so each profile's duty cycle is one
 # over its factor
 USERS_PER_MAX_C = {"chat": 4.0, "agentic": 1.5}
+TABLE_STATES = ("cold", "warm")  # what `run --table-state` sets the table to before its run
 PROFILE_DUTY = {profile: 1 / factor for profile, factor in USERS_PER_MAX_C.items()}
 PROFILES = tuple(PROFILE_DUTY)
 
@@ -258,7 +259,7 @@ class RunConfig:
         self._check_sizes()
 
     def _check_table_state(self) -> None:
-        if self.table_state not in ("", "cold", "warm"):
+        if self.table_state not in ("", *TABLE_STATES):
             raise ConfigError(f"--table-state must be cold or warm, not {self.table_state!r}")
         if self.table_state and not self.host_metrics and not self.server_args:
             raise ConfigError("--table-state works through the serving host's agent: give "

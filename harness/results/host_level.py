@@ -125,7 +125,7 @@ def _growth(first: float | None, last: float | None) -> float | None:
     return last - first
 
 
-def _resident(sample: HostSample) -> float | None:
+def resident_table_bytes(sample: HostSample) -> float | None:
     """The table files' resident bytes summed; None without files or with one unread."""
     values = [t.resident_bytes for t in sample.tables]
     if not values or any(v is None for v in values):
@@ -190,7 +190,8 @@ def host_level(node: int, url: str, scrapes: Sequence[Scrape],
         node=node, url=url, source=a.source, missing=missing, scrapes=len(answered),
         wall_s=wall, **clock, **processes,
         table_bytes=sum(t.size_bytes for t in b.tables) if b.tables else None,
-        table_resident_start_bytes=_resident(a), table_resident_end_bytes=_resident(b),
+        table_resident_start_bytes=resident_table_bytes(a),
+        table_resident_end_bytes=resident_table_bytes(b),
         table_sampled_fraction=min((t.sampled_fraction for s in (a, b) for t in s.tables
                                     if t.sampled_fraction is not None), default=None),
         io_some_s=_growth(a.system.io_some_s, b.system.io_some_s),
@@ -264,7 +265,7 @@ def _slices(node: int, scrapes: Sequence[Scrape], offset: ClockOffset | None,
             started_at=x.wall_at(start),
             read_bytes=_growth(pa.read_bytes, pb.read_bytes) if pa and pb else None,
             major_faults=_growth(pa.major_faults, pb.major_faults) if pa and pb else None,
-            table_resident_bytes=_resident(b),
+            table_resident_bytes=resident_table_bytes(b),
             rss_file_bytes=pb.rss_file_bytes if pb else None,
             io_some_s=_growth(a.system.io_some_s, b.system.io_some_s),
             disk_io_time_s=_growth(da.io_time_s, db.io_time_s) if da and db else None,

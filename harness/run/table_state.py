@@ -11,12 +11,12 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from harness.config import ConfigError
+from harness.config import TABLE_STATES, ConfigError
+from harness.results.host_level import resident_table_bytes
 from harness.results.host_sample import AGENT, HostSample
 from harness.wire import host_control, host_scrape
 
-COLD, WARM = "cold", "warm"
-STATES = (COLD, WARM)
+COLD, WARM = TABLE_STATES
 
 
 def _mib(n: float | None) -> str:
@@ -37,11 +37,6 @@ def check_hosts(table_state: str, samples: Sequence[tuple[str, HostSample]]) -> 
         if not sample.tables:
             raise ConfigError(f"--table-state needs the agent at {url} to know the table: "
                               "start it with --table PATH")
-
-
-def resident_bytes(sample: HostSample) -> float | None:
-    values = [t.resident_bytes for t in sample.tables]
-    return None if not values or None in values else float(sum(v for v in values if v))
 
 
 @dataclass(eq=False)
@@ -72,7 +67,7 @@ class TableState:
 
     def _resident(self, url: str) -> float | None:
         try:
-            return resident_bytes(host_scrape.read(url))
+            return resident_table_bytes(host_scrape.read(url))
         except host_scrape.HostScrapeError:
             return None
 

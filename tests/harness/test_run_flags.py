@@ -229,3 +229,22 @@ def test_warmup_sends_at_the_first_levels_concurrency_and_keeps_no_more_connecti
         sweep.close()
     assert mock_server.server.requests_seen == 30
     assert kept <= 2 and peak <= 2
+
+
+def test_a_resume_does_not_set_the_table_state_again(tmp_path):
+    """The state was set before the run's first pass: a resume measures on as the table is
+    (so it needs no agent), and the stored run still says what its start asked."""
+    from harness.config import RunConfig
+    from harness.results.run_row import RunRow
+
+    stored = RunConfig(url=DEAD_URL, model="m", levels=(1, 2), table_state="warm",
+                       warm_budget_gb=1.0, host_metrics=("http://127.0.0.1:9/metrics",))
+    store = Store(tmp_path / "b.duckdb")
+    store.initialise()
+    store.create_run(RunRow(run_id="run-a", status="aborted", mode="closed", levels=[1, 2],
+                            rounds=stored.rounds, output_tokens=stored.output_tokens,
+                            config=json.dumps(stored.to_json_dict())))
+    args = build_parser().parse_args(["run", "--resume", "run-a"])
+    config, resumed = config_for(args, store)
+    assert resumed == "run-a" and config.table_state == "" and config.warm_budget_gb is None
+    assert json.loads(store.run("run-a").config)["table_state"] == "warm"
