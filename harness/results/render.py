@@ -71,8 +71,8 @@ def print_summary(summary: Summary, console: Console) -> None:
     if rate_run:
         console.print(
             f"Sustainable rate = [bold]{summary['max_rate']:g}[/] requests/s ({t['statistic']} "
-            f"TPS >= {t['tps_min']:g} tok/s, {_ttft(t)} <= {t['ttft_max_ms']:g} ms, no errors"
-            f"{_goodput_rule(t)}); "
+            f"TPS >= {t['tps_min']:g} tok/s, {first_token_name(t)} <= {t['ttft_max_ms']:g} ms, "
+            f"no errors{_goodput_rule(t)}); "
             f"{summary['users_note']}", highlight=False)
     elif trace_run:
         _print_sustained(summary, console)
@@ -196,7 +196,7 @@ def _print_users(summary: Summary, console: Console) -> None:
     duty = f", measured duty cycle {u['duty_cycle']:.2f}" if u["duty_cycle"] is not None else ""
     console.print(
         f"Max users = [bold]{u['max_users']}[/] {who} ({t['statistic']} TPS >= "
-        f"{t['tps_min']:g} tok/s, {_ttft(t)} <= {t['ttft_max_ms']:g} ms, no errors"
+        f"{t['tps_min']:g} tok/s, {first_token_name(t)} <= {t['ttft_max_ms']:g} ms, no errors"
         f"{_goodput_rule(t)}{duty}; {_noise_note(summary)})",
         highlight=False)
     if u["max_c"] is None:
@@ -260,7 +260,7 @@ def _print_sustained(summary: Summary, console: Console) -> None:
     at = f" = {x * rate:.3g} requests/s" if rate and x else ""
     console.print(
         f"Sustains [bold]{x:g}x[/] the trace's rate{at} ({t['statistic']} TPS >= "
-        f"{t['tps_min']:g} tok/s, {_ttft(t)} <= {t['ttft_max_ms']:g} ms, no errors"
+        f"{t['tps_min']:g} tok/s, {first_token_name(t)} <= {t['ttft_max_ms']:g} ms, no errors"
         f"{_goodput_rule(t)}); {summary['users_note']}", highlight=False)
     if how := summary.get("max_speedup_search"):
         console.print(f"found by --search: {how}", highlight=False)
@@ -305,7 +305,7 @@ def _print_turns(turns: list[TurnRow], console: Console) -> None:
     console.print(table)
 
 
-def _ttft(t: TargetsDict) -> str:
+def first_token_name(t: TargetsDict) -> str:
     """What the TTFT target judged: TTFT, or the answer's first token with --ttft-of output."""
     return "TTFO" if t.get("ttft_of") == "output" else "TTFT"
 
@@ -314,8 +314,8 @@ def _print_max_c(summary: Summary, console: Console) -> None:
     t = summary["targets"]
     console.print(
         f"Max C = [bold]{summary['max_c']}[/] ({t['statistic']} TPS >= {t['tps_min']:g} tok/s, "
-        f"{_ttft(t)} <= {t['ttft_max_ms']:g} ms, no errors{_goodput_rule(t)})  ->  chat users "
-        f"[bold]{summary['chat_users']}[/] (x{t['chat_factor']:g}), agentic users "
+        f"{first_token_name(t)} <= {t['ttft_max_ms']:g} ms, no errors{_goodput_rule(t)})  ->  "
+        f"chat users [bold]{summary['chat_users']}[/] (x{t['chat_factor']:g}), agentic users "
         f"[bold]{summary['agentic_users']}[/] (x{t['agentic_factor']:g})",
         highlight=False,
     )

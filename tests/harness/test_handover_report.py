@@ -128,3 +128,20 @@ def test_two_runs_that_differ_only_in_placement_get_the_placement_verdict(sweep,
                    str(out))
     assert done.returncode == 0, done.stderr
     assert "Placement verdict" in out.read_text()
+
+
+def test_the_charts_draw_the_statistic_the_targets_judged(sweep, tmp_path):
+    import json
+
+    done = sweep(levels=(1, 2), rounds=3, output_tokens=8)
+    db = str(done.store.path)
+    out = tmp_path / "p90.html"
+    made = run_cli("report", done.run_id, "--db", db, "-o", str(out), "--statistic", "p90")
+    assert made.returncode == 0, made.stderr
+    summary = json.loads(run_cli("summary", done.run_id, "--db", db, "--json",
+                                 "--statistic", "p90").stdout)
+    figures = json.loads(re.search(r"const FIGURES=(\[.*?\]);", out.read_text()).group(1))
+    by_title = {f["layout"]["title"]["text"]: f["data"][0]["y"] for f in figures
+                if f["layout"].get("title")}
+    assert by_title["p90 TTFT"] == [lv["p90_ttft_ms"] for lv in summary["levels"]]
+    assert by_title["p90 TPS per request"] == [lv["p10_tps"] for lv in summary["levels"]]

@@ -13,7 +13,7 @@ from harness.results.handover import charts, measured
 from harness.results.handover.markup import Markup, join, number, script_json, table, tag
 from harness.results.handover.model import RunReport
 from harness.results.metrics import LEVEL_FIGURES, level_key
-from harness.results.render import LEVEL_TABLE, TIMING_TABLE
+from harness.results.render import LEVEL_TABLE, TIMING_TABLE, first_token_name
 from harness.results.summary import IntervalDict, LevelRow, Summary, row_name
 
 GENERATED_ID = "generated"  # the element holding the time the report was written
@@ -125,13 +125,9 @@ def _run_body(report: RunReport, names: Mapping[str, str], chart: Any, level: in
                            tag(h, "Verdict"), _verdict(s)]
     key = level_key(s["mode"])
     x_title, _ = charts.x_axis(report)
-    t = s["targets"]
     if chart is not None:
         parts += [tag(h, "Charts"), tag("div", join([
-            chart(charts.metric_figure([report], "mean_ttft_ms", f"{s['statistic']} TTFT",
-                                       "TTFT (ms)", t["ttft_max_ms"], True, names)),
-            chart(charts.metric_figure([report], "mean_tps", f"{s['statistic']} TPS per request",
-                                       "TPS (tok/s)", t["tps_min"], False, names)),
+            *(chart(figure) for figure in _judged_figures([report], names)),
             chart(charts.errors_figure([report], names)),
             chart(charts.trace_windows_figure(report))]), class_="charts")]
         if not report.errors:
@@ -166,20 +162,30 @@ def _comparison(reports: Sequence[RunReport], names: Mapping[str, str], chart: A
     parts: list[object] = [
         tag("h2", "Runs"),
         table(("run", "status", "model", "device", "engine", "placement", "verdict"), rows),
-        tag("p", f"Judged by {t['statistic']} TPS >= {t['tps_min']:g} tok/s, TTFT <= "
-                 f"{t['ttft_max_ms']:g} ms, no errors.", class_="muted")]
+        tag("p", f"Judged by {t['statistic']} TPS >= {t['tps_min']:g} tok/s, "
+                 f"{first_token_name(t)} <= {t['ttft_max_ms']:g} ms, no errors.",
+            class_="muted")]
     if placement:
         parts += [tag("h2", "Placement verdict"), tag("p", placement)]
     parts += [tag("h2", "Charts"), tag("div", join([
-        chart(charts.metric_figure(reports, "mean_ttft_ms", f"{first['statistic']} TTFT",
-                                   "TTFT (ms)", t["ttft_max_ms"], True, names)),
-        chart(charts.metric_figure(reports, "mean_tps", f"{first['statistic']} TPS per request",
-                                   "TPS (tok/s)", t["tps_min"], False, names)),
+        *(chart(figure) for figure in _judged_figures(reports, names)),
         chart(charts.errors_figure(reports, names))]), class_="charts")]
     for r in reports:
         parts += [tag("h2", f"{names[r.run.run_id]}: {_run_title(r)}"),
                   _run_body(r, names, None, level=3)]
     return join(parts)
+
+
+def _judged_figures(reports: Sequence[RunReport], names: Mapping[str, str]) -> list[Any]:
+    """The two figures the targets judged, at the statistic and first token they judged
+    (the first run's, as the comparison's rule line says)."""
+    s = reports[0].summary
+    t, judged = s["targets"], s["judged"]
+    first_token = first_token_name(t)
+    return [charts.metric_figure(reports, judged["ttft"], f"{s['statistic']} {first_token}",
+                                 f"{first_token} (ms)", t["ttft_max_ms"], True, names),
+            charts.metric_figure(reports, judged["tps"], f"{s['statistic']} TPS per request",
+                                 "TPS (tok/s)", t["tps_min"], False, names)]
 
 
 def _verdict_text(s: Summary) -> str:
@@ -199,7 +205,8 @@ def _verdict(s: Summary) -> Markup:
     t = s["targets"]
     lines: list[object] = [tag("p", _verdict_text(s), class_="verdict")]
     rule = (f"Under {t['statistic']} TPS per request >= {t['tps_min']:g} tok/s and "
-            f"{t['statistic']} TTFT <= {t['ttft_max_ms']:g} ms with no failed request")
+            f"{t['statistic']} {first_token_name(t)} <= {t['ttft_max_ms']:g} ms with no failed "
+            "request")
     if level_key(s["mode"]) in ("C", ""):
         rule += (f"; chat users = Max C x {t['chat_factor']:g}, agentic users = Max C x "
                  f"{t['agentic_factor']:g}")

@@ -10,7 +10,7 @@ from typing import cast
 from harness.results.handover.document import _verdict_text
 from harness.results.handover.markup import number
 from harness.results.metrics import LEVEL_FIGURES
-from harness.results.render import LEVEL_TABLE
+from harness.results.render import LEVEL_TABLE, first_token_name
 from harness.results.summary import Summary, row_name
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|#!~&])")
@@ -29,8 +29,8 @@ def summary_markdown(s: Summary) -> str:
              f"{escape(s['engine'] or '-')}, table {escape(s['table_placement'] or '-')}")
     if s.get("label"):
         title += f", label {escape(s['label'])}"
-    rule = (f"{t['statistic']} TPS >= {t['tps_min']:g} tok/s, TTFT <= {t['ttft_max_ms']:g} ms, "
-            "no errors")
+    rule = (f"{t['statistic']} TPS >= {t['tps_min']:g} tok/s, {first_token_name(t)} <= "
+            f"{t['ttft_max_ms']:g} ms, no errors")
     headers = ["level", *(LEVEL_FIGURES[f].title for f in LEVEL_TABLE), "passes"]
     lines = [title, "", f"**{escape(_verdict_text(s))}** ({escape(rule)})", "",
              "| " + " | ".join(escape(h) for h in headers) + " |",
