@@ -25,7 +25,7 @@ from harness.results.figure import Figure, Group
 from harness.results.quantiles import mean, quantile
 
 # what a level shows of a value: its mean, a quantile, how many requests have it (a
-# non-null value, or true for a yes/no), or its distinct values ("usage,counted")
+# non-null value, or true for a yes/no), or its distinct values ("chunks,usage")
 Statistic = Literal["mean", "p50", "p90", "p99", "p10", "p1", "count", "values"]
 _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p10": 0.1, "p1": 0.01}
 Source = Literal["column", "record", "derived"]
@@ -136,7 +136,8 @@ REQUEST_FIGURES: tuple[RequestFigure, ...] = (
                   header="reason", old_rows="CASE WHEN ttft_ms IS NOT NULL THEN 0.0 END"),
     RequestFigure("reasoning_tokens", "INTEGER", "reasoning tokens", statistics=("mean",),
                   header="reason tok", announces=True),
-    # "usage": completion_tokens_details.reasoning_tokens; "counted": from the stream's chunks
+    # "usage": completion_tokens_details.reasoning_tokens; "chunk_usage": the reasoning chunks'
+    # per-chunk usage summed; "chunks": no usage, a token a reasoning chunk (an estimate)
     RequestFigure("reasoning_tokens_source", "VARCHAR", "reasoning tokens from",
                   statistics=("values",), header="from"),
     # the server reported more reasoning tokens than completion tokens (stored as reported)

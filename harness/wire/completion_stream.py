@@ -160,9 +160,9 @@ class CompletionStream:
         if self.reasoning_tokens is not None:
             tokens, source = self.reasoning_tokens, "usage"
         elif self.chunk_tokens is not None and self.reasoning_chunks:
-            tokens, source = sum(self.chunk_tokens[:self.answer_at]), "counted"
-        else:
-            tokens, source = self.reasoning_chunks, "counted"
+            tokens, source = sum(self.chunk_tokens[:self.answer_at]), "chunk_usage"
+        else:  # the harness's estimate: a token a chunk
+            tokens, source = self.reasoning_chunks, "chunks"
         figures: dict[str, float | int | str | bool | None] = {
             "reasoning_tokens": tokens, "reasoning_tokens_source": source,
             "reasoning_over_completion": (source == "usage" and self.completion_tokens is not None

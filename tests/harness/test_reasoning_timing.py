@@ -59,13 +59,14 @@ def test_newer_reasoning_field_without_usage_is_counted_from_its_chunks():
                     _chunk({"content": "Yes"}, finish="stop")])
     figures = stream.reasoning_figures(0, 40 * MS, stream.chunks)
     assert figures["ttfo_ms"] == 30.0 and figures["reasoning_ms"] == 20.0
-    assert figures["reasoning_tokens"] == 2 and figures["reasoning_tokens_source"] == "counted"
+    assert figures["reasoning_tokens"] == 2 and figures["reasoning_tokens_source"] == "chunks"
 
 
 def test_per_chunk_usage_counts_the_reasoning_chunks_tokens():
     stream = _feed([_chunk({"reasoning_content": "a b"}, usage={"completion_tokens": 2}),
                     _chunk({"content": "c"}, usage={"completion_tokens": 3})])
-    assert stream.reasoning_figures(0, 30 * MS, 3)["reasoning_tokens"] == 2
+    figures = stream.reasoning_figures(0, 30 * MS, 3)
+    assert figures["reasoning_tokens"] == 2 and figures["reasoning_tokens_source"] == "chunk_usage"
 
 
 def test_a_tool_call_is_the_answer():
