@@ -48,7 +48,9 @@ _TCP_INFO_BYTES = 104
 _LAST_DATA_RECV = struct.Struct("I")
 _LAST_DATA_RECV_AT = 8 + 11 * 4
 # this process's first reads: how long the bytes of each request's first token had been in
-# its socket when the loop read them (the kernel's clock; LoopMonitor takes them per level)
+# its socket when the loop read them: the kernel's tcpi_last_data_recv, which dates the newest
+# bytes, dated back by the stream's own spacing where that read brought later tokens too (an
+# estimate then: first_token_wait_ms); LoopMonitor takes them per level
 FIRST_READ_LAGS_MS: list[float] = []
 
 
