@@ -10,7 +10,7 @@ import streamlit as st
 
 from explorer import charts, data, literal, tables, ui
 from harness.results.metrics import Targets, capacity
-from harness.results.placement import PlacementError, Verdict
+from harness.results.placement import NOT_INTERLEAVED, PlacementError, Verdict
 from harness.results.render_placement import rows
 from harness.results.store import Store, StoreError
 from harness.results.stored_summary import stored_verdict
@@ -48,8 +48,7 @@ def _show_verdict(run_a: str, run_b: str, targets: Targets, more: bool) -> None:
     st.dataframe(pd.DataFrame(rows(found), columns=["figure", "A", "B", "B - A"]),
                  hide_index=True, width="stretch")
     st.caption(f"A: {run_a}, B: {run_b}" + (" (the first two runs chosen)" if more else "")
-               + "; the same as `engram-bench compare A B`. Runs are measured one after the "
-               "other, not interleaved: drift between them counts as a difference.")
+               + f"; the same as `engram-bench compare A B`. {NOT_INTERLEAVED}")
 
 
 st.title("Compare")

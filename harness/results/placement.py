@@ -26,6 +26,11 @@ from harness.results.stats_counters import level_counters, number
 from harness.results.summary import Summary
 
 GIB = 2**30
+# what every placement verdict says of itself: two runs are two arms measured one after the
+# other, and a machine that drifts between them moves their figures too
+NOT_INTERLEAVED = ("The two runs were measured one after the other, not interleaved: drift "
+                   "between them counts as a difference; repeats (`run --repeat N`) give each "
+                   "level the spread to read a difference against.")
 MIB = 2**20
 KIB = 2**10
 

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.results.placement import Figure, LevelSide, RunSide, Verdict, size
+from harness.results.placement import NOT_INTERLEAVED, Figure, LevelSide, RunSide, Verdict, size
 
 
 def print_verdict(v: Verdict, console: Console) -> None:
@@ -23,6 +23,7 @@ def print_verdict(v: Verdict, console: Console) -> None:
     for row in rows(v):
         table.add_row(*row)
     console.print(table, width=max(console.width, 120))
+    console.print(NOT_INTERLEAVED, highlight=False)
 
 
 def rows(v: Verdict) -> list[tuple[str, str, str, str]]:
@@ -70,7 +71,7 @@ def as_json(v: Verdict) -> dict[str, Any]:
         sides[name] = data
     return {**sides, "shared_levels": list(v.shared), "level": v.level,
             "other_differences": list(v.other_differences), "chat_factor": v.chat_factor,
-            "paragraph": v.paragraph}
+            "paragraph": v.paragraph, "caveat": NOT_INTERLEAVED}
 
 
 def _figure(name: str, x: Figure, y: Figure) -> tuple[str, str, str, str]:
