@@ -279,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run ids, latest, or results files (each: all its runs); several "
                              "runs are compared")
     report.add_argument("-o", "--out", type=Path, default=Path("results"),
-                        help="the HTML file, or a folder for report-<run>.html")
+                        help="the HTML file (a name ending .html), or a folder for "
+                             "report-<run>.html, made if missing (default: results)")
     report.add_argument("--png", type=Path, metavar="DIR",
                         help="also each chart as a PNG in DIR (drawn by headless Chromium)")
     report.add_argument("--svg", type=Path, metavar="DIR",

@@ -40,9 +40,16 @@ def report_paths(args_runs: Sequence[str], db: Path) -> list[tuple[Path, str]]:
 
 
 def output_path(out: Path, run_ids: Sequence[str]) -> Path:
-    """-o as given, or in a folder given as -o: report-<run>.html (a comparison's: the first
-    run's id and how many runs)."""
-    return out / sources.report_name(run_ids) if out.is_dir() else out
+    """-o as given where it names an .html file; else a folder (made where missing, its
+    parent not) holding report-<run>.html (a comparison's: the first run's id and how many
+    runs)."""
+    if not out.is_dir() and out.suffix.lower() in (".html", ".htm"):
+        return out
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make the folder {out}: {exc.strerror or exc}") from None
+    return out / sources.report_name(run_ids)
 
 
 def write_whole(path: Path, data: bytes) -> None:

@@ -145,3 +145,13 @@ def test_the_charts_draw_the_statistic_the_targets_judged(sweep, tmp_path):
                 if f["layout"].get("title")}
     assert by_title["p90 TTFT"] == [lv["p90_ttft_ms"] for lv in summary["levels"]]
     assert by_title["p90 TPS per request"] == [lv["p10_tps"] for lv in summary["levels"]]
+
+
+def test_the_default_output_is_a_folder_made_where_it_is_missing(hostile_run, tmp_path):
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    done = run_cli("report", hostile_run.run_id, "--db", str(hostile_run.store.path),
+                   cwd=here)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in (here / "results").iterdir()] == [
+        f"report-{hostile_run.run_id}.html"]
