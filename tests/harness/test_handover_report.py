@@ -155,3 +155,24 @@ def test_the_default_output_is_a_folder_made_where_it_is_missing(hostile_run, tm
     assert done.returncode == 0, done.stderr
     assert [p.name for p in (here / "results").iterdir()] == [
         f"report-{hostile_run.run_id}.html"]
+
+
+def test_the_command_to_measure_again_repeats_the_table_state_and_the_first_token_judged():
+    import json
+    import shlex
+
+    from engram_bench.parser import build_parser, targets
+    from harness.config import RunConfig
+    from harness.results.handover.measured import reproduce
+    from harness.results.metrics import Targets
+    from harness.results.run_row import RunRow
+
+    config = RunConfig(url="http://127.0.0.1:8000/v1", model="m", levels=(1, 2),
+                       table_state="warm", warm_budget_gb=1.5, idle_s=30.0,
+                       host_metrics=("http://127.0.0.1:9100/metrics",))
+    row = RunRow(run_id="r", status="complete", mode="closed", levels=[1, 2], rounds=10,
+                 output_tokens=128, config=json.dumps(config.to_json_dict()))
+    command = reproduce(row, Targets(ttft_of="output"))
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert (args.table_state, args.warm_budget_gb, args.idle) == ("warm", 1.5, 30.0)
+    assert targets(args).ttft_of == "output"

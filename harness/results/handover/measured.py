@@ -32,7 +32,8 @@ FLAGS = {"api": "--api", "mode": "--mode", "levels": "--levels", "rounds": "--ro
          "input_scale": "--input-scale", "max_input_tokens": "--max-input-tokens",
          "max_output_tokens": "--max-output-tokens", "lengths_from": "--lengths-from",
          "workers": "--workers", "ray": "--ray", "host_metrics": "--host-metrics",
-         "ca_bundle": "--ca-bundle", "insecure": "--insecure"}
+         "ca_bundle": "--ca-bundle", "insecure": "--insecure", "table_state": "--table-state",
+         "warm_budget_gb": "--warm-budget-gb", "idle_s": "--idle"}
 
 
 def public_url(url: str | None) -> str:
@@ -80,7 +81,8 @@ def reproduce(run: RunRow, targets: Targets) -> str:
         words.append("--no-server-metrics")
     base = Targets()
     for name, flag in (("tps_min", "--tps-min"), ("ttft_max_ms", "--ttft-max-ms"),
-                       ("statistic", "--statistic"), ("chat_factor", "--chat-factor"),
+                       ("statistic", "--statistic"), ("ttft_of", "--ttft-of"),
+                       ("chat_factor", "--chat-factor"),
                        ("agentic_factor", "--agentic-factor")):
         if getattr(targets, name) != getattr(base, name):
             words += [flag, _value(getattr(targets, name))]
