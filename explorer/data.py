@@ -234,9 +234,10 @@ def host_slices(path: Path, run_id: str, concurrency: int) -> tuple[pd.DataFrame
     level's own time axis: seconds since its first request was sent (the slices' times are
     the agents' clocks mapped to the harness's). Slices carry their rates per second of the
     slice: read MB/s, the I/O stall and disk busy shares."""
-    slices = query(path, """
-        WITH first AS (SELECT min(epoch_us(sent_at)) AS t0 FROM requests
-                       WHERE run_id = ? AND concurrency = ? AND rate IS NULL)
+    # both from the level's first request sent, a failed one too
+    first = """WITH first AS (SELECT min(epoch_us(sent_at)) AS t0 FROM requests
+                              WHERE run_id = ? AND concurrency = ? AND rate IS NULL)"""
+    slices = query(path, first + """
         SELECT node, coalesce(repeat, 0) AS repeat,
                (epoch_us(started_at) - t0) / 1e6 AS t_s, width_s,
                read_bytes / width_s / 1e6 AS read_mb_per_s,
@@ -248,11 +249,10 @@ def host_slices(path: Path, run_id: str, concurrency: int) -> tuple[pd.DataFrame
         FROM host_slices, first WHERE run_id = ? AND concurrency = ? AND rate IS NULL
             AND width_s > 0
         ORDER BY repeat, node, t_s""", [run_id, concurrency, run_id, concurrency])
-    requests = query(path, """
-        SELECT (epoch_us(sent_at) - min(epoch_us(sent_at)) OVER ()) / 1e6 AS t_s, ttft_ms,
-               coalesce(repeat, 0) AS repeat
-        FROM requests WHERE run_id = ? AND concurrency = ? AND rate IS NULL AND ok
-        ORDER BY sent_at""", [run_id, concurrency])
+    requests = query(path, first + """
+        SELECT (epoch_us(sent_at) - t0) / 1e6 AS t_s, ttft_ms, coalesce(repeat, 0) AS repeat
+        FROM requests, first WHERE run_id = ? AND concurrency = ? AND rate IS NULL AND ok
+        ORDER BY sent_at""", [run_id, concurrency, run_id, concurrency])
     return slices, requests
 
 

@@ -80,3 +80,19 @@ def test_a_run_without_host_metrics_shows_no_host_section(monkeypatch, host_db):
     at.selectbox(key="run_id").set_value("fixture-mem").run()
     assert not any("disk B / output token" in t.value.columns for t in at.dataframe)
     assert not any(s.value == "The serving host per level" for s in at.subheader)
+
+
+def test_a_levels_requests_and_slices_share_one_time_axis_when_its_first_request_failed(
+        tmp_path):
+    from explorer.data import host_slices
+    from tests.harness.fixtures import make_records
+
+    records = sorted((r for r in make_records(levels=(2,))), key=lambda r: r.sent_at)
+    records[0].error_kind = "http_error"  # the level's first request sent, and failed
+    store = Store(tmp_path / "b.duckdb")
+    store.initialise()
+    store.write_requests("run-a", records)
+    _, requests = host_slices(store.path, "run-a", 2)
+    first_ok = next(r for r in records if r.ok)
+    assert requests["t_s"].iloc[0] == pytest.approx(first_ok.sent_at - records[0].sent_at,
+                                                    abs=1e-6)  # stored to the microsecond
