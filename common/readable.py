@@ -1,6 +1,6 @@
 """Numbers as a sentence prints them, at any size: a figure read at a glance (1,234 s), and
 past PLAIN_BELOW scientific notation (1e+27 s, 1.00e+5000), never a row of thirty or three
-hundred digits (a refused timestamp of 1e30 ms, a speedup of 1e-300)."""
+hundred digits (a refused timestamp of 1e30 ms, a speedup of 1e-300); bytes in their unit."""
 
 from __future__ import annotations
 
@@ -20,3 +20,11 @@ def figure(x: float | Decimal, decimals: int = 0) -> str:
         return f"{x:,.{decimals}f}" if abs(x) < PLAIN_BELOW else f"{x:.3g}"
     exact = Decimal(x)
     return f"{exact:,.{decimals}f}" if abs(exact) < PLAIN_BELOW else f"{exact.normalize():.3g}"
+
+
+def size(n: float, spec: str = ".3g") -> str:
+    """Bytes as GiB, MiB, KiB or B, the number in `spec` ("3 figures" by default)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:{spec}} {unit}"
+    return f"{n:.0f} B"

@@ -21,18 +21,16 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from common import stats_keys
+from common.readable import size
 from harness.results.metrics import level_key
-from harness.results.stats_counters import level_counters, number
+from harness.results.stats_counters import level_counters, number, text
 from harness.results.summary import Summary
 
-GIB = 2**30
 # what every placement verdict says of itself: two runs are two arms measured one after the
 # other, and a machine that drifts between them moves their figures too
 NOT_INTERLEAVED = ("The two runs were measured one after the other, not interleaved: drift "
                    "between them counts as a difference; repeats (`run --repeat N`) give each "
                    "level the spread to read a difference against.")
-MIB = 2**20
-KIB = 2**10
 
 
 class PlacementError(ValueError):
@@ -169,7 +167,7 @@ def run_side(summary: Summary, stats: Sequence[Mapping[str, Any]] = (),
         host_disk_bytes_per_output_token=hosts[row["concurrency"]].get(
             "disk_read_bytes_per_output_token")) for row in levels}
     last = _last_after(stats)
-    placement = summary.get("table_placement") or _text(last, stats_keys.PLACEMENT)
+    placement = summary.get("table_placement") or text(last, stats_keys.PLACEMENT)
     measured = summary.get("measured_input_tokens")
     return RunSide(
         run_id=run_id, placement=placement, device=summary.get("device"),
@@ -192,7 +190,7 @@ def held_memory(stats: Sequence[Mapping[str, Any]],
     after = [cast(dict, row.get("after") or {}) for row in stats]
     last = after[-1] if after else {}
     found: list[tuple[float, str]] = []
-    placement = _text(last, stats_keys.PLACEMENT)
+    placement = text(last, stats_keys.PLACEMENT)
     table = number(last, stats_keys.TABLE_BYTES)
     if placement == "host" and table is not None:
         found.append((table, "the whole table in host RAM (/stats)"))
@@ -257,14 +255,6 @@ def other_differences(a: RunSide, b: RunSide) -> tuple[str, ...]:
     if a.input_tokens and b.input_tokens and abs(b.input_tokens / a.input_tokens - 1) > 0.05:
         out.append(f"prompt length ({a.input_tokens:,.0f} vs {b.input_tokens:,.0f} tokens)")
     return tuple(out)
-
-
-def size(n: float) -> str:
-    """Bytes as GiB, MiB, KiB or B, to 3 figures."""
-    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def _paragraph(a: RunSide, b: RunSide, level: int | None, both_pass: bool,
@@ -396,11 +386,6 @@ def _stats_by_level(stats: Sequence[Mapping[str, Any]]) -> dict[int, list[tuple[
 def _last_after(stats: Sequence[Mapping[str, Any]]) -> dict:
     return next((cast(dict, row["after"]) for row in reversed(stats)
                  if isinstance(row.get("after"), dict)), {})
-
-
-def _text(stats: Mapping[str, Any], key: str) -> str | None:
-    value = stats.get(key)
-    return value if isinstance(value, str) else None
 
 
 def _mean(values: Sequence[float | str | None]) -> float | None:

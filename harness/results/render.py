@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from common.readable import size
 from harness.results.metrics import LEVEL_FIGURES, level_key
 from harness.results.report import SPEC_DECODE_FIELDS
 from harness.results.request_figures import in_table, table_names
@@ -181,12 +182,7 @@ def _print_host(summary: Summary, console: Console) -> None:
 
 
 def _bytes(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
+    return "-" if value is None else size(value, ".1f")
 
 
 def _print_users(summary: Summary, console: Console) -> None:

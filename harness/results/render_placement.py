@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.results.placement import NOT_INTERLEAVED, Figure, LevelSide, RunSide, Verdict, size
+from common.readable import size
+from harness.results.placement import NOT_INTERLEAVED, Figure, LevelSide, RunSide, Verdict
 
 
 def print_verdict(v: Verdict, console: Console) -> None:

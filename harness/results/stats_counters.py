@@ -6,6 +6,8 @@ shows these per level and `compare` reads the table's part of them, so both say 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from common import stats_keys
 
@@ -28,7 +30,8 @@ def number(stats: dict, key: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _text(stats: dict, key: str) -> str | None:
+def text(stats: Mapping[str, Any], key: str) -> str | None:
+    """A /stats value that is text (the placement, the I/O mode); None where it is not."""
     value = stats.get(key)
     return value if isinstance(value, str) else None
 
@@ -77,5 +80,5 @@ def level_counters(before: dict, after: dict) -> dict[str, float | str | None]:
         "peak_of_budget": _per(peak, budget),
         "mapping_rss_bytes": number(after, stats_keys.TABLE_MAPPING_RSS_BYTES),
         "counted_resident_bytes": number(after, stats_keys.LEGACY_MAPPING_RESIDENT_BYTES),
-        **{key: _text(after, key) for key in LABELS},
+        **{key: text(after, key) for key in LABELS},
     }

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from common.readable import size
 from engram_bench.cli import main
 from harness.results.metrics import Targets
-from harness.results.placement import PlacementError, run_side, size, verdict
+from harness.results.placement import PlacementError, run_side, verdict
 from harness.results.render_placement import as_json, rows
 from harness.results.store import Store
 from harness.results.stored_summary import stored_summary, stored_verdict
