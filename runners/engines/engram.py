@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -41,9 +42,7 @@ class Engram(ManagedEngine[EngramOptions]):
     help = "the bundled Engram server"
     title = "the bundled Engram server"
     # --placement is a shared flag (a label for --url), read only by this engine
-    flags = ("placement", "io", "table_size_gb", "preset", "cache_ratio", "page_cache_gb",
-             "cache_state", "decode", "reasoning_tokens",
-             "reasoning_share")
+    flags = tuple(f.name for f in dataclasses.fields(EngramOptions))
     extra = "server"  # torch and the HTTP stack, in this process's environment
     serve_module = "runners.engram"
 
