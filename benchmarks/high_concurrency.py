@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from statistics import fmean
 
-from benchmarks.cells import cell
+from benchmarks.cells import cell, span
 from benchmarks.machine import machine_line
 from harness.config import RunConfig
 from harness.results.store import Store
@@ -202,11 +202,7 @@ def report(rows: list[dict], args: argparse.Namespace, machine: str) -> None:
 
 def _span(rows: list[dict], key: str, spec: str) -> str:
     """The rows' mean of one figure and its range."""
-    values = [r[key] for r in rows if r[key] is not None]
-    if not values:
-        return "-"
-    return (f"{format(fmean(values), spec)} ({format(min(values), spec)} .. "
-            f"{format(max(values), spec)})")
+    return span([r[key] for r in rows if r[key] is not None], spec)
 
 
 if __name__ == "__main__":

@@ -97,9 +97,12 @@ def arm(args: argparse.Namespace) -> None:
 
 
 def process_cpu(pid: int) -> float:
-    """CPU seconds another process has used so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds another process has used so far."""
+    from common.proc_tree import read_stat  # in this tree's process, not the arms'
+
+    stat = read_stat(pid)
+    assert stat is not None, f"process {pid} is gone"
+    return (stat.user_ticks + stat.system_ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def server_log(url: str) -> dict[str, dict]:
@@ -140,16 +143,6 @@ def measure(tree: Path, server: int, url: str, c: int, args: argparse.Namespace)
             "read_lag": got["read_lag"], "lag_p99": got["lag_p99"], "flagged": got["flagged"]}
 
 
-def _cell(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _span(values: list[float], spec: str) -> str:
-    """A mean and the range it came from."""
-    return (f"{format(fmean(values), spec)} ({format(min(values), spec)} .. "
-            f"{format(max(values), spec)})")
-
-
 def _head(tree: Path) -> str:
     """The tree's commit, marked where its files differ from it."""
     def git(*args: str) -> str:
@@ -163,6 +156,7 @@ def _head(tree: Path) -> str:
 def report(rows: list[dict], names: dict[str, str], args: argparse.Namespace,
            load_at_start: float) -> None:
     """Every row in the order run, then each arm's means per level."""
+    from benchmarks.cells import cell, span
     from benchmarks.machine import machine_line
 
     print(f"\n{machine_line(load_at_start)}; old = {names['old']}, new = {names['new']}; "
@@ -181,8 +175,8 @@ def report(rows: list[dict], names: dict[str, str], args: argparse.Namespace,
               f"{r['request_late']:+.1f} | {r['read_late']:+.1f} | {r['cpu_us']:.1f} "
               f"({r['process_us']:.0f}) | {r['writer_us']:.1f} / {r['server_us']:.1f} | "
               f"{r['gc_ms']:.0f} ({r['gc_max_ms']:.1f}; {r['gc_full']}) | "
-              f"{_cell(r['read_lag'], '.1f')} | "
-              f"{_cell(r['lag_p99'], '.1f')} | {flagged} |")
+              f"{cell(r['read_lag'], '.1f')} | "
+              f"{cell(r['lag_p99'], '.1f')} | {flagged} |")
     print("\nPer level and arm, the mean over the passes (and its range):")
     print("| C | arm | TTFT bias ms | harness read the first token late ms | harness CPU "
           "us/token |")
@@ -190,9 +184,9 @@ def report(rows: list[dict], names: dict[str, str], args: argparse.Namespace,
     for c in dict.fromkeys(r["c"] for r in rows):
         for name in ("old", "new"):
             mine = [r for r in rows if r["c"] == c and r["arm"] == name]
-            print(f"| {c} | {names[name]} | {_span([r['bias'] for r in mine], '+.1f')} | "
-                  f"{_span([r['read_late'] for r in mine], '+.1f')} | "
-                  f"{_span([r['cpu_us'] for r in mine], '.1f')} |")
+            print(f"| {c} | {names[name]} | {span([r['bias'] for r in mine], '+.1f')} | "
+                  f"{span([r['read_late'] for r in mine], '+.1f')} | "
+                  f"{span([r['cpu_us'] for r in mine], '.1f')} |")
 
 
 def main() -> None:
