@@ -14,8 +14,8 @@ from tests.helpers import ROOT
 # The flag declarations the CLI calls while it settles a run: a mode adds its own flags and
 # turns them into RunConfig fields (harness.run.modes and its modules); an engine adds its
 # own and turns them into its typed options (runners.engines). Nothing else takes a Namespace.
-MODE_FLAG_HOOKS = {"add_arguments", "read_flags", "implied", "default_levels", "chosen"}
-ENGINE_FLAG_HOOKS = {"add_arguments", "options", "given_flags", "chosen"}
+MODE_FLAG_HOOKS = {"read_flags", "implied", "default_levels", "chosen"}
+ENGINE_FLAG_HOOKS = {"options", "given_flags", "chosen"}
 # a program of its own, with its own command line: the fake server's `main`
 OWN_PROGRAMS = {ROOT / "harness" / "mock_server.py"}
 

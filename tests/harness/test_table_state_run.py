@@ -10,6 +10,7 @@ import os
 
 import pandas as pd
 
+from common.host_metrics import COLD_SHARE
 from explorer.data import host_levels
 from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.records import RequestRecord
@@ -87,8 +88,9 @@ def test_the_first_pass_and_its_first_requests_are_those_that_met_the_state():
                _record(4, 9.0, 10.0, repeat=1)]
     assert first_level(records) == (4, None)
     assert first_ttft_ms(records, (4, None)) == (800.0, 3)  # the 4 first, one without a TTFT
-    assert state_at_start("cold", 1000.0, 20.0) == "cold"
-    assert state_at_start("cold", 1000.0, 21.0) == NOT_COLD
+    cold_limit = COLD_SHARE * 1000.0  # the residency a cold table of 1000 bytes may keep
+    assert state_at_start("cold", 1000.0, cold_limit) == "cold"
+    assert state_at_start("cold", 1000.0, cold_limit * 1.05) == NOT_COLD
     assert state_at_start("cold", 1000.0, None) == NOT_COLD
     assert state_at_start("warm", 1000.0, 900.0) == "warm"
 
