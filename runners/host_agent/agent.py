@@ -3,6 +3,7 @@ how residency is read, and the server; each input a user can get wrong is one se
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -83,8 +84,9 @@ class Agent:
                 return 400, {"error": f"budget_bytes must be a whole number, not {given[0]!r}"}
             budget = int(given[0])
         with self._state_lock:
-            result = (table_state.drop(self.tables.sample) if path == "/table/drop"
-                      else table_state.warm(self.tables.sample, budget))
+            exact = functools.partial(self.tables.sample, whole=True)
+            result = (table_state.drop(exact) if path == "/table/drop"
+                      else table_state.warm(exact, budget))
         return 200, result.to_json()
 
     def banner(self) -> list[str]:

@@ -95,7 +95,10 @@ class Tables:
             out.extend(list_files(path) if os.path.isdir(path) else [path])
         return list(dict.fromkeys(out))
 
-    def sample(self) -> list[TableFile]:
+    def sample(self, whole: bool = False) -> list[TableFile]:
+        """Each table file's size and residency: by mincore within PAGE_BUDGET pages a scrape
+        (a stride of the pages, moved on each time), or of every page where `whole` (the
+        residency a drop or a warm reports, read once, not an estimate)."""
         sized: list[tuple[str, int, str | None]] = []
         for path in self.files():
             try:
@@ -108,9 +111,10 @@ class Tables:
                 self._disks[st.st_dev] = disk_of(st.st_dev)
             sized.append((path, st.st_size, self._disks[st.st_dev]))
         pages = sum(-(-size // residency.PAGE) for _, size, _ in sized)
-        fraction = min(1.0, residency.PAGE_BUDGET / pages) if pages else 1.0
+        fraction = 1.0 if whole or not pages else min(1.0, residency.PAGE_BUDGET / pages)
         out = [TableFile(path, size, disk,
                          residency.sample(path, size, self.method, fraction, self._phase))
                for path, size, disk in sized]
-        self._phase += 1
+        if not whole:
+            self._phase += 1
         return out

@@ -132,3 +132,20 @@ def test_the_agent_acts_on_no_path_a_request_names(tmp_path):
         assert _post(url, "/metrics")[0] == 404
         status, answer = _post(url, "/table/warm?budget_bytes=-1")
         assert status == 400 and "whole number" in answer["error"]
+
+
+def test_a_drop_or_a_warm_reads_every_page_where_a_scrape_reads_a_stride(tmp_path):
+    """The residency a drop or a warm reports is mincore over the whole table, even one past
+    the page budget a scrape asks about; and it leaves the scrapes' stride where it was."""
+    from runners.host_agent import residency
+    from runners.host_agent.tables import Tables
+
+    table = tmp_path / "big.bin"
+    with open(table, "wb") as f:  # sparse: four budgets' worth of pages, none on disk
+        f.truncate(4 * residency.PAGE_BUDGET * residency.PAGE)
+    tables = Tables([str(table)], residency.MINCORE)
+    [scraped] = tables.sample()
+    assert scraped.residency is not None and scraped.residency.sampled_fraction < 1
+    [whole] = tables.sample(whole=True)
+    assert whole.residency is not None and whole.residency.sampled_fraction == 1.0
+    assert tables._phase == 1  # the one scrape's
