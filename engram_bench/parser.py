@@ -201,7 +201,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                      help="the serving hosts' kernel counters, one URL a node: `engram-bench "
                           "agent`'s /metrics (or a node_exporter's, for the disk and host "
                           "figures), scraped every second of each level and stored per level "
-                          "and per second: the table's disk reads and faults per token, its "
+                          "and per second: the server process tree's reads from storage and "
+                          "faults per token, the table's "
                           "residency, peak file-backed and pinned memory, I/O stall, disk busy "
                           "share (default: none; a server --device starts gets an agent of its "
                           "own)")

@@ -92,8 +92,8 @@ COLUMNS: dict[str, Column] = {
     "others_cpu_share": Column("other processes' CPU (of the machine)", "number", "percent"),
     "lag_limited": Column("send lag > 10 ms", "check"),
     # the serving hosts' kernel counters (run --host-metrics), per level
-    "disk_read_bytes_per_output_token": Column("disk B / output token", "number", "%.0f"),
-    "disk_read_bytes_per_prompt_token": Column("disk B / prompt token", "number", "%.0f"),
+    "tree_read_bytes_per_output_token": Column("disk B / output token", "number", "%.0f"),
+    "tree_read_bytes_per_prompt_token": Column("disk B / prompt token", "number", "%.0f"),
     "major_faults_per_output_token": Column("major faults / output token", "number", "%.4f"),
     "table_bytes": Column("table size", "number", "bytes"),
     "table_resident_bytes_start": Column("table resident at start", "number", "bytes"),
@@ -171,7 +171,7 @@ USERS_LEVEL_COLUMNS = ("users", "passes", "within_noise", "steady_state", "duty_
 
 # the serving hosts per level, beside the client's TTFT and TPOT
 HOST_COLUMNS = ("concurrency", "mean_ttft_ms", "mean_tpot_ms",
-                "disk_read_bytes_per_output_token", "disk_read_bytes_per_prompt_token",
+                "tree_read_bytes_per_output_token", "tree_read_bytes_per_prompt_token",
                 "major_faults_per_output_token", "table_resident_bytes_start",
                 "table_resident_bytes_end", "table_bytes", "peak_rss_file_bytes",
                 "peak_rss_shmem_bytes", "peak_pinned_bytes", "peak_locked_bytes",

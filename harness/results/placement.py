@@ -165,7 +165,7 @@ def run_side(summary: Summary, stats: Sequence[Mapping[str, Any]] = (),
         disk_bytes_per_token=_mean([level_counters(before, after)["disk_bytes_per_token"]
                                     for before, after in snapshots.get(row["concurrency"], [])]),
         host_disk_bytes_per_output_token=hosts[row["concurrency"]].get(
-            "disk_read_bytes_per_output_token")) for row in levels}
+            "tree_read_bytes_per_output_token")) for row in levels}
     last = _last_after(stats)
     placement = summary.get("table_placement") or text(last, stats_keys.PLACEMENT)
     measured = summary.get("measured_input_tokens")

@@ -164,8 +164,8 @@ def _print_host(summary: Summary, console: Console) -> None:
         h = lv["host"]
         assert h is not None
         table.add_row(row_name(lv), _fmt(lv.get("mean_ttft_ms")), _fmt(lv.get("mean_tpot_ms"), 2),
-                      _fmt(h["disk_read_bytes_per_output_token"], 0),
-                      _fmt(h["disk_read_bytes_per_prompt_token"], 0),
+                      _fmt(h["tree_read_bytes_per_output_token"], 0),
+                      _fmt(h["tree_read_bytes_per_prompt_token"], 0),
                       _fmt(h["major_faults_per_output_token"], 3),
                       _bytes(h["table_resident_bytes_start"]),
                       _bytes(h["table_resident_bytes_end"]), _bytes(h["peak_rss_file_bytes"]),

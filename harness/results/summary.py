@@ -43,9 +43,9 @@ class HostDict(TypedDict):
     source: str  # engram-bench agent, node_exporter, or both
     nodes: int
     missing: str | None
-    disk_read_bytes: float | None  # the process trees' /proc/PID/io read_bytes growth
-    disk_read_bytes_per_output_token: float | None
-    disk_read_bytes_per_prompt_token: float | None
+    tree_read_bytes: float | None  # the process trees' /proc/PID/io read_bytes growth
+    tree_read_bytes_per_output_token: float | None
+    tree_read_bytes_per_prompt_token: float | None
     major_faults_per_output_token: float | None
     table_bytes: float | None
     table_resident_bytes_start: float | None

@@ -100,7 +100,7 @@ def test_a_node_exporter_gives_the_disk_and_host_figures_and_no_process_tree():
     assert (level.disk, level.disk_read_bytes, level.disk_io_time_s) == ("nvme0n1", 4e6, 0.25)
     assert level.wall_s == pytest.approx(1.0)  # the harness's clock: no host clock served
     figures = level_host([(0, level)], output_tokens=1000, prompt_tokens=500)
-    assert figures["disk_read_bytes_per_output_token"] is None
+    assert figures["tree_read_bytes_per_output_token"] is None
     assert figures["device_read_bytes_per_output_token"] == 4000
     assert figures["disk_busy_share"] == pytest.approx(0.25)
     assert figures["io_stall_share"] == pytest.approx(0.1)
@@ -172,9 +172,9 @@ def test_a_levels_figures_add_over_passes_and_hosts_and_a_host_without_one_leave
               (1, _level(1, 2000, (6e8, 7e8), io_s=0.5, peak=2e6))]
     figures = level_host(passes, output_tokens=1000, prompt_tokens=4000)
     assert figures["nodes"] == 2 and figures["missing"] is None
-    assert figures["disk_read_bytes"] == 14000
-    assert figures["disk_read_bytes_per_output_token"] == 14.0
-    assert figures["disk_read_bytes_per_prompt_token"] == 3.5
+    assert figures["tree_read_bytes"] == 14000
+    assert figures["tree_read_bytes_per_output_token"] == 14.0
+    assert figures["tree_read_bytes_per_prompt_token"] == 3.5
     assert figures["major_faults_per_output_token"] == pytest.approx(40 / 1000)
     # each host at its first pass's start and last pass's end, summed over hosts
     assert figures["table_resident_bytes_start"] == 1e9 + 5e8
@@ -183,7 +183,7 @@ def test_a_levels_figures_add_over_passes_and_hosts_and_a_host_without_one_leave
     assert figures["io_stall_share"] == pytest.approx(0.2)  # the worse host: 4 s of 20
     lost = [*passes[:3], (1, _level(1, None, (6e8, 7e8), missing="http://n1 did not answer"))]
     figures = level_host(lost, output_tokens=1000, prompt_tokens=4000)
-    assert figures["disk_read_bytes_per_output_token"] is None  # never a sum of the others
+    assert figures["tree_read_bytes_per_output_token"] is None  # never a sum of the others
     assert figures["missing"] == "http://n1 did not answer"
 
 
@@ -220,9 +220,9 @@ def test_the_summary_shows_each_levels_host_figures_beside_ttft_and_tpot():
             (2, None): [(0, _level(0, 256_000, (2e9, 3e9)))], (4, None): [(0, lost)]}
     summary = json.loads(json.dumps(summarise(run, stats, records, Targets(), host=host)))
     rows = {row["concurrency"]: row for row in summary["levels"]}
-    assert rows[1]["host"]["disk_read_bytes_per_output_token"] == round(128_000 / tokens[1], 3)
+    assert rows[1]["host"]["tree_read_bytes_per_output_token"] == round(128_000 / tokens[1], 3)
     assert rows[2]["host"]["table_resident_bytes_end"] == 3e9
-    assert rows[4]["host"]["disk_read_bytes_per_output_token"] is None
+    assert rows[4]["host"]["tree_read_bytes_per_output_token"] is None
     assert any(w.startswith("C=4: host figures missing: ") for w in summary["warnings"])
     out = io.StringIO()
     print_summary(summary, Console(file=out, width=200))

@@ -84,7 +84,7 @@ def test_a_watched_process_that_ends_mid_run_loses_its_levels_and_the_run_goes_o
     summary = json.loads(out)
     assert summary["status"] == "complete"
     last = summary["levels"][-1]["host"]
-    assert last["disk_read_bytes_per_output_token"] is None
+    assert last["tree_read_bytes_per_output_token"] is None
     assert "the process tree the agent watches had ended before the level began" in \
         last["missing"]
     assert "Traceback" not in err

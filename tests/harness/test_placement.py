@@ -78,9 +78,9 @@ def test_host_agent_figures_join_the_verdict_and_runs_without_them_still_work():
                 "input_tokens": 128, "output_tokens": 128}
 
     pinned = run_side(summary("a", "pinned", {"peak_pinned_bytes": 8 << 30,
-                                              "disk_read_bytes_per_output_token": 0.0}))  # type: ignore[arg-type]
+                                              "tree_read_bytes_per_output_token": 0.0}))  # type: ignore[arg-type]
     cold = run_side(summary("b", "file", {"table_resident_bytes_end": 1 << 30,
-                                          "disk_read_bytes_per_output_token": 12_288.0}))  # type: ignore[arg-type]
+                                          "tree_read_bytes_per_output_token": 12_288.0}))  # type: ignore[arg-type]
     bare = run_side({**summary("c", "file", None),  # type: ignore[arg-type]
                      "max_c_starved": "C=2 failed while the server was starved of CPU"})
     assert pinned.held.bytes == 8 << 30 and "pinned" in pinned.held.how

@@ -124,7 +124,7 @@ def test_disk_bytes_per_output_token_agree_with_stats_and_proc_io_per_level(tmp_
     for level in summary["levels"]:
         c, host = level["concurrency"], level["host"]
         tokens = sum(r.output_tokens or 0 for r in records if r.concurrency == c)
-        got = host["disk_read_bytes_per_output_token"]
+        got = host["tree_read_bytes_per_output_token"]
         from_stats = (stats[c]["after"]["disk_read_bytes"]
                       - stats[c]["before"]["disk_read_bytes"]) / tokens
         from_proc = proc_io.over(*windows[c]) / tokens
@@ -147,7 +147,7 @@ def test_a_bundled_server_run_starts_an_agent_on_it(tmp_path):
     # the server's table file, on nvme: its size and residency from the agent
     assert host["table_bytes"] == pytest.approx(0.25 * 2**30, rel=0.01)
     assert host["table_resident_bytes_end"] is not None
-    assert host["disk_read_bytes_per_output_token"] is not None
+    assert host["tree_read_bytes_per_output_token"] is not None
     assert host["peak_rss_file_bytes"] > 0
 
 

@@ -55,4 +55,4 @@ def test_a_cold_start_through_the_agent_is_stored_apart_and_slower_than_a_warm_o
     assert warm["table_resident_bytes_start"] >= 0.9 * warm["table_bytes"]
     assert cold["table_state_requests"] == warm["table_state_requests"] == 2
     assert cold["table_state_ttft_ms"] > warm["table_state_ttft_ms"]
-    assert cold["disk_read_bytes"] > warm["disk_read_bytes"]
+    assert cold["tree_read_bytes"] > warm["tree_read_bytes"]

@@ -326,5 +326,5 @@ def test_the_agent_on_vllms_process_tree_stores_faults_rss_and_reads_per_level(v
     for row in summary["levels"]:
         host = row["host"]
         assert host["major_faults_per_output_token"] is not None, host
-        assert host["disk_read_bytes_per_output_token"] is not None, host
+        assert host["tree_read_bytes_per_output_token"] is not None, host
         assert host["peak_rss_file_bytes"] > 0
