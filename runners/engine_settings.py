@@ -33,7 +33,7 @@ class Setting:
     parent: str | None  # the JSON-valued flag a field belongs to
     takes: str  # one of TAKES
     choices: tuple[str, ...]
-    default: str | None
+    default: str | None  # the engine's own, as its source says: printed beside the setting
     meaning: str
     source: str
     version: str
@@ -183,4 +183,5 @@ def source_line(printed: Printed) -> str:
         return (f"patched image only ({setting.image}); {setting.source}: "
                 f"{setting.meaning}")
     version = setting.version[:12] if _COMMIT.fullmatch(setting.version) else setting.version
-    return f"{setting.source} @ {version}: {setting.meaning}"
+    default = f" (the engine's default: {setting.default})" if setting.default else ""
+    return f"{setting.source} @ {version}: {setting.meaning}{default}"

@@ -41,6 +41,8 @@ def test_every_printed_setting_is_declared_and_printed_with_its_source(recipe):
             assert f"patched image only ({spec.image})" in comment
         else:
             assert spec.version[:12] in comment and "patched" not in comment
+        if spec.default:
+            assert f"the engine's default: {spec.default}" in comment
 
 
 @pytest.mark.parametrize(("engine", "line", "problem"), [
