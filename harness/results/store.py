@@ -42,7 +42,6 @@ _REQUEST_COLUMNS = (
 _DECLARED_COLUMNS = insert_columns()  # the declared figures' (harness.results.request_figures)
 _INSERT_COLUMNS = ", ".join((_REQUEST_COLUMNS, *_DECLARED_COLUMNS))
 _RUN_COLUMNS = ", ".join(f.name for f in dataclasses.fields(RunRow))
-_ROWS_PER_INSERT = 256  # rows per INSERT statement of a pass's host levels and slices
 
 _HOST_LEVEL_COLUMNS = ", ".join(f.name for f in dataclasses.fields(HostLevel))
 _HOST_SLICE_FIELDS = tuple(f.name for f in dataclasses.fields(HostSlice))
@@ -73,6 +72,16 @@ def _server_stats_row(row: dict) -> dict:
 
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC).replace(tzinfo=None)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, verb: str, columns: str,
+            rows: Sequence[Sequence[object]]) -> None:
+    """`rows` in one statement, each column one list unnested in SQL: executemany runs one
+    per row (~6 ms each), and rows of placeholders cost DuckDB ~0.25 s of CPU per 512 rows
+    here, against ~0.03 s so, on the cores the level's next round runs on."""
+    if rows:
+        con.execute(f"{verb} ({columns}) SELECT " + ", ".join("unnest(?)" for _ in rows[0]),
+                    [list(column) for column in zip(*rows, strict=True)])
 
 
 def _drop_pass(con: duckdb.DuckDBPyConnection, table: str, key: list) -> None:
@@ -127,12 +136,7 @@ class Store(ResultsFile):
                  for r in records if r.chunk_offsets_ns] if token_times else []
         with self._connect() as con:
             con.execute("BEGIN")
-            # one statement, each column one list unnested in SQL: executemany runs one per
-            # row (~6 ms each), and rows of placeholders cost DuckDB ~0.25 s of CPU per 512 rows
-            # here, against ~0.03 s so, on the cores the level's next round runs on
-            con.execute(f"INSERT OR IGNORE INTO requests ({_INSERT_COLUMNS}) SELECT "
-                        + ", ".join("unnest(?)" for _ in rows[0]),
-                        [list(column) for column in zip(*rows, strict=True)])
+            _insert(con, "INSERT OR IGNORE INTO requests", _INSERT_COLUMNS, rows)
             if timed:
                 self._write_chunk_times(con, timed)
             con.execute("COMMIT")
@@ -224,12 +228,9 @@ class Store(ResultsFile):
                 _drop_pass(con, table, key)
             for table, columns, rows in (("host_levels", _HOST_LEVEL_COLUMNS, levels),
                                          ("host_slices", _HOST_SLICE_COLUMNS, slices)):
-                for i in range(0, len(rows), _ROWS_PER_INSERT):
-                    batch = rows[i:i + _ROWS_PER_INSERT]
-                    marks = "(" + ", ".join("?" for _ in range(4 + len(batch[0]))) + ")"
-                    con.execute(f"INSERT INTO {table} (run_id, concurrency, rate, repeat, "
-                                f"{columns}) VALUES " + ", ".join(marks for _ in batch),
-                                [v for row in batch for v in (*key, *row)])
+                _insert(con, f"INSERT INTO {table}",
+                        f"run_id, concurrency, rate, repeat, {columns}",
+                        [(*key, *row) for row in rows])
             con.execute("COMMIT")
 
     def write_user_level(self, run_id: str, concurrency: int, repeat: int,
