@@ -8,6 +8,8 @@ import contextlib
 import dataclasses
 import os
 import re
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -163,20 +165,42 @@ def metrics_text(body: Callable[[], str]) -> Iterator[str]:
         server.server_close()
 
 
+def read_line(proc: subprocess.Popen, timeout_s: float = 30) -> str:
+    """The next line of a process's unbuffered stdout pipe (so select sees every byte not
+    yet read); fails the test where none comes within `timeout_s`."""
+    out = b""
+    while not out.endswith(b"\n"):
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        assert ready, f"no line from {proc.args[:4]} within {timeout_s} s: {out!r}"
+        if not (byte := proc.stdout.read(1)):
+            break
+        out += byte
+    return out.decode().strip()
+
+
 @contextlib.contextmanager
-def host_agent(pid: int, *tables: Path) -> Iterator[str]:
-    """`engram-bench agent --pid PID [--table T ...]` on a free loopback port: its /metrics
-    URL, the agent ended after."""
-    table_flags = [flag for table in tables for flag in ("--table", str(table))]
-    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--pid", str(pid),
-                             *table_flags, "--port", "0"], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+def start_agent(*args: str) -> Iterator[tuple[str, subprocess.Popen, str]]:
+    """`engram-bench agent ARGS` on a free loopback port: its /metrics URL, its process and
+    its first line (read); stopped by SIGTERM after, which must end it with exit 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--port", "0",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            bufsize=0, cwd=ROOT)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
+        line = read_line(proc)
         found = re.search(r"serving (http://\S+/metrics)", line)
         assert found, line
-        yield found.group(1)
+        yield found.group(1), proc, line
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
     finally:
-        proc.terminate()
-        proc.wait(10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def host_agent(pid: int, *tables: Path) -> Iterator[str]:
+    """An agent on `pid`'s process tree (and the `tables`): its /metrics URL."""
+    with start_agent("--pid", str(pid), *(f for t in tables for f in ("--table", str(t)))) as (
+            url, _, _):
+        yield url

@@ -16,8 +16,8 @@ from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.records import RequestRecord
 from harness.results.cold_start import NOT_COLD, first_level, first_ttft_ms, state_at_start
 from harness.results.store import Store
-from tests.helpers import FAST, host_agent, metrics_text, run_cli
-from tests.runners.test_host_agent import _agent, _table
+from tests.helpers import FAST, host_agent, metrics_text, run_cli, start_agent
+from tests.runners.test_host_agent import _table
 from tests.runners.test_table_state import _locker, _on_disk
 
 
@@ -63,7 +63,7 @@ def test_a_drop_locked_pages_defeat_is_said_and_no_cold_start_is_claimed(tmp_pat
     _on_disk(tmp_path)
     table = _table(tmp_path, 256)
     with _locker(table), ThreadedMockServer(MockConfig(**FAST)) as server, \
-            _agent("--pid", str(os.getpid()), "--table", str(table)) as (host, _):
+            start_agent("--pid", str(os.getpid()), "--table", str(table)) as (host, _, _):
         proc = _run(server.url, tmp_path, "--host-metrics", host, "--table-state", "cold",
                     "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -98,7 +98,7 @@ def test_the_first_pass_and_its_first_requests_are_those_that_met_the_state():
 def test_idle_waits_between_levels_and_says_the_residency_before_and_after(tmp_path):
     table = _table(tmp_path, 16)
     with ThreadedMockServer(MockConfig(**FAST)) as server, \
-            _agent("--pid", str(os.getpid()), "--table", str(table)) as (host, _):
+            start_agent("--pid", str(os.getpid()), "--table", str(table)) as (host, _, _):
         proc = run_cli("run", "--url", server.url, "--levels", "1,2", "--rounds", "1",
                        "--db", str(tmp_path / "bench.duckdb"), "--host-metrics", host,
                        "--table-state", "warm", "--idle", "0.2")

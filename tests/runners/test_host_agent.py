@@ -8,9 +8,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +27,7 @@ from engram_bench.cli import main
 from harness.results.host_sample import AGENT, HostSample, parse_host_sample
 from runners.host_agent import block_devices, residency, system
 from runners.host_agent.processes import parse_read_bytes, parse_status
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, read_line, run_cli, start_agent
 
 PAGE = residency.PAGE
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -60,24 +58,12 @@ WORKLOAD = textwrap.dedent("""
 """)
 
 
-def _line(proc: subprocess.Popen, timeout_s: float = 30) -> str:
-    """The next line of an unbuffered pipe (so select sees every byte not yet read)."""
-    out = b""
-    while not out.endswith(b"\n"):
-        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-        assert ready, f"no line from {proc.args[:4]} within {timeout_s} s: {out!r}"
-        if not (byte := proc.stdout.read(1)):
-            break
-        out += byte
-    return out.decode().strip()
-
-
 @contextlib.contextmanager
 def _workload(table: Path) -> Iterator[subprocess.Popen]:
     proc = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(table)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, bufsize=0)
     try:
-        assert _line(proc) == "ready"
+        assert read_line(proc) == "ready"
         yield proc
     finally:
         proc.kill()
@@ -86,25 +72,7 @@ def _workload(table: Path) -> Iterator[subprocess.Popen]:
 
 def _order(proc: subprocess.Popen, order: str) -> str:
     proc.stdin.write(order.encode() + b"\n")
-    return _line(proc)
-
-
-@contextlib.contextmanager
-def _agent(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """A running agent on a free loopback port: (its /metrics URL, its process, whose first
-    line has been read), stopped by SIGTERM after, which must end it with exit 0."""
-    proc = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--port", "0",
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            bufsize=0, cwd=ROOT)
-    try:
-        url = _line(proc).split("serving ", 1)[1].split(": ", 1)[0]
-        yield url, proc
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return read_line(proc)
 
 
 def _scrape(url: str) -> HostSample:
@@ -156,8 +124,8 @@ def _checked_between(before: dict[str, int], got: float, after: dict[str, int], 
 def test_the_agent_serves_the_process_trees_own_proc_figures(tmp_path):
     table = _table(tmp_path, 512)
     on_disk = block_devices.disk_of(table.stat().st_dev) is not None
-    with _workload(table) as work, _agent("--pid", str(work.pid), "--table", str(table)) as (
-            url, _):
+    with _workload(table) as work, start_agent("--pid", str(work.pid), "--table",
+                                                str(table)) as (url, _, _):
         assert url.startswith("http://127.0.0.1:")  # loopback unless --host says otherwise
         child = int(_order(work, "spawn"))
         pids = [work.pid, child]
@@ -201,8 +169,9 @@ def test_residency_is_what_mincore_says_to_the_test(tmp_path, method):
     if method == residency.CACHESTAT and not residency.has_cachestat(sys.executable):
         pytest.skip("this kernel has no cachestat (Linux 6.5+)")
     table = _table(tmp_path, 256)
-    with _workload(table) as work, _agent("--pid", str(work.pid), "--table", str(tmp_path),
-                                          "--residency", method) as (url, _):
+    with _workload(table) as work, start_agent("--pid", str(work.pid), "--table",
+                                                str(tmp_path), "--residency", method) as (
+            url, _, _):
         before = _resident_pages(table)
         sample = _scrape(url)
         after = _resident_pages(table)
@@ -225,9 +194,9 @@ def test_a_file_no_block_device_holds_has_no_disk_series():
     folder.mkdir()
     try:
         (folder / "t.bin").write_bytes(b"\1" * PAGE)
-        with _agent("--pid", str(os.getpid()), "--table", str(folder)) as (url, agent):
+        with start_agent("--pid", str(os.getpid()), "--table", str(folder)) as (url, agent, _):
             sample = _scrape(url)
-            note = _line(agent)
+            note = read_line(agent)
     finally:
         shutil.rmtree(folder)
     (got,) = sample.tables
@@ -238,7 +207,7 @@ def test_a_file_no_block_device_holds_has_no_disk_series():
 
 def test_a_table_file_replaced_by_a_fifo_loses_its_series_and_the_agent_goes_on(tmp_path):
     table = _table(tmp_path, 4)
-    with _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+    with start_agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _, _):
         assert len(_scrape(url).tables) == 1
         table.unlink()
         os.mkfifo(table)
@@ -251,7 +220,7 @@ def test_the_agent_leaves_itself_out_of_the_tree_it_watches():
     """Started here, the agent is this process's child: it counts this process and what else
     descends from it (a test runner may hold children, as multiprocessing's resource
     tracker), never itself."""
-    with _agent("--pid", str(os.getpid())) as (url, agent):
+    with start_agent("--pid", str(os.getpid())) as (url, agent, _):
         alive = _scrape(url).processes.alive
         assert alive == len(_tree(os.getpid(), leaving_out=agent.pid))
 

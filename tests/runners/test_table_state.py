@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from runners.host_agent import block_devices
-from tests.runners.test_host_agent import PAGE, _agent, _line, _resident_pages, _table
+from tests.helpers import read_line, start_agent
+from tests.runners.test_host_agent import PAGE, _resident_pages, _table
 
 PAGES = 256
 
@@ -68,7 +69,7 @@ def _locker(table: Path) -> Iterator[None]:
     proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(table)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, bufsize=0)
     try:
-        said = _line(proc)
+        said = read_line(proc)
         if said != "locked":
             pytest.skip(f"the helper could not lock the file: {said}")
         yield
@@ -81,7 +82,7 @@ def test_drop_leaves_the_table_cold_and_warm_reads_it_in_up_to_the_budget(tmp_pa
     _on_disk(tmp_path)
     table = _table(tmp_path, PAGES)
     _read_all(table)
-    with _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+    with start_agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _, _):
         assert _resident_pages(table) == PAGES
         status, dropped = _post(url, "/table/drop")
         assert status == 200, dropped
@@ -101,7 +102,8 @@ def test_drop_leaves_the_table_cold_and_warm_reads_it_in_up_to_the_budget(tmp_pa
 def test_a_drop_that_locked_pages_defeat_says_so_and_is_not_cold(tmp_path):
     _on_disk(tmp_path)
     table = _table(tmp_path, PAGES)
-    with _locker(table), _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+    with _locker(table), start_agent("--pid", str(os.getpid()), "--table", str(table)) as (
+            url, _, _):
         assert _resident_pages(table) == PAGES  # mlock read the whole file in
         status, dropped = _post(url, "/table/drop")
         assert status == 200, dropped
@@ -112,7 +114,7 @@ def test_a_drop_that_locked_pages_defeat_says_so_and_is_not_cold(tmp_path):
 
 
 def test_an_agent_without_a_table_refuses_to_set_its_state(tmp_path):
-    with _agent("--pid", str(os.getpid())) as (url, _):
+    with start_agent("--pid", str(os.getpid())) as (url, _, _):
         for action in ("/table/drop", "/table/warm"):
             status, answer = _post(url, action)
             assert status == 409 and "without --table" in answer["error"]
@@ -124,7 +126,7 @@ def test_the_agent_acts_on_no_path_a_request_names(tmp_path):
     (tmp_path / "other").mkdir()
     table, other = _table(tmp_path / "given", 4), _table(tmp_path / "other", 4)
     _read_all(other)
-    with _agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _):
+    with start_agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _, _):
         status, dropped = _post(url, f"/table/drop?path={other}")
         assert status == 200 and dropped["files"] == 1
         assert _resident_pages(other) == 4

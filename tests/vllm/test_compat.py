@@ -31,7 +31,14 @@ from harness.wire.endpoint import Endpoint
 from runners.vllm import setup
 from runners.vllm.model import MARKER, TinyLlama
 from runners.vllm.server import server_args, vllm_server
-from tests.helpers import ROOT, group_alive, run_cli, stored_rows, wait_while_running
+from tests.helpers import (
+    ROOT,
+    group_alive,
+    run_cli,
+    start_agent,
+    stored_rows,
+    wait_while_running,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -296,21 +303,12 @@ def test_the_agent_on_vllms_process_tree_stores_faults_rss_and_reads_per_level(v
     the tiny Llama's folder, read by `run --host-metrics`: every level stores the tree's
     faults, bytes read from storage and peak RssFile, and the weights' residency, none lost."""
     model_dir = MODELS / TinyLlama().name
-    agent = subprocess.Popen([sys.executable, "-m", "engram_bench", "agent", "--pid",
-                              str(vllm.proc.pid), "--table", str(model_dir), "--port", "0"],
-                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert agent.stdout is not None
-        line = agent.stdout.readline()
+    with start_agent("--pid", str(vllm.proc.pid), "--table", str(model_dir)) as (url, _, line):
         assert " processes (PID " in line, line  # the server and its children
-        url = line.split("serving ", 1)[1].split(": ", 1)[0]
         db = tmp_path / "h.duckdb"
         proc = run_cli("run", "--url", vllm.url, "--levels", "1,2", "--rounds", "2",
                        "--output-tokens", "16", "--host-metrics", url, "--db", str(db),
                        "--json", "--no-progress", timeout=400)
-    finally:
-        agent.terminate()
-        agent.wait(10)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     stored = Store(db).host_levels(summary["run_id"])
