@@ -165,6 +165,16 @@ def metrics_text(body: Callable[[], str]) -> Iterator[str]:
         server.server_close()
 
 
+def on_disk(folder: Path) -> None:
+    """Skips a test whose files in `folder` must be on a block device: on tmpfs no page is
+    read from storage, nor dropped from the page cache."""
+    from runners.host_agent.block_devices import disk_of
+
+    if disk_of(os.stat(folder).st_dev) is None:
+        pytest.skip(f"{folder} is on no block device (tmpfs?): its pages are neither read "
+                    "from storage nor dropped")
+
+
 def read_line(proc: subprocess.Popen, timeout_s: float = 30) -> str:
     """The next line of a process's unbuffered stdout pipe (so select sees every byte not
     yet read); fails the test where none comes within `timeout_s`."""

@@ -16,9 +16,9 @@ from harness.mock_server import MockConfig, ThreadedMockServer
 from harness.records import RequestRecord
 from harness.results.cold_start import NOT_COLD, first_level, first_ttft_ms, state_at_start
 from harness.results.store import Store
-from tests.helpers import FAST, host_agent, metrics_text, run_cli, start_agent
+from tests.helpers import FAST, host_agent, metrics_text, on_disk, run_cli, start_agent
 from tests.runners.test_host_agent import _table
-from tests.runners.test_table_state import _locker, _on_disk
+from tests.runners.test_table_state import _locker
 
 
 def _run(url: str, tmp_path, *flags: str):
@@ -60,7 +60,7 @@ def test_a_node_exporter_cannot_set_the_table_state(tmp_path):
 
 
 def test_a_drop_locked_pages_defeat_is_said_and_no_cold_start_is_claimed(tmp_path):
-    _on_disk(tmp_path)
+    on_disk(tmp_path)
     table = _table(tmp_path, 256)
     with _locker(table), ThreadedMockServer(MockConfig(**FAST)) as server, \
             start_agent("--pid", str(os.getpid()), "--table", str(table)) as (host, _, _):

@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from harness.results.store import Store
-from runners.host_agent.block_devices import disk_of
 from runners.lifecycle import free_port
-from tests.helpers import ROOT, host_agent, run_cli
+from tests.helpers import ROOT, host_agent, on_disk, run_cli
 
 AGREE = 0.05  # the host figure against /stats and against /proc/PID/io
 # the tiny preset (a 256-token context), a table 0.25 GiB on disk of which spark's page cache
@@ -32,13 +31,6 @@ SERVE = ("--device", "spark", "--preset", "tiny", "--table-size-gb", "0.25",
          "--cache-state", "cold")
 LOAD = ("--prompts", "text", "--levels", "1,2", "--rounds", "3", "--input-tokens", "64",
         "--output-tokens", "64", "--no-progress")
-
-
-def _on_disk(folder: Path) -> None:
-    """Reads count only from a block device: a table on tmpfs reads nothing from storage."""
-    if disk_of(os.stat(folder).st_dev) is None:
-        pytest.skip(f"{folder} is on no block device (tmpfs?): a table there reads no bytes "
-                    "from storage")
 
 
 @contextlib.contextmanager
@@ -105,7 +97,7 @@ def _near(got: float, want: float) -> bool:
 
 
 def test_disk_bytes_per_output_token_agree_with_stats_and_proc_io_per_level(tmp_path):
-    _on_disk(tmp_path)
+    on_disk(tmp_path)
     db = tmp_path / "bench.duckdb"
     with _server(tmp_path) as (server, url), _ReadBytes(server.pid) as proc_io, \
             host_agent(server.pid, tmp_path / "table.bin") as agent:
@@ -136,7 +128,7 @@ def test_disk_bytes_per_output_token_agree_with_stats_and_proc_io_per_level(tmp_
 
 
 def test_a_bundled_server_run_starts_an_agent_on_it(tmp_path):
-    _on_disk(tmp_path)
+    on_disk(tmp_path)
     run = run_cli("run", *SERVE, "--prompts", "text", "--levels", "1", "--rounds", "2",
                   "--input-tokens", "64", "--output-tokens", "32", "--no-progress", "--json",
                   "--db", str(tmp_path / "bench.duckdb"), timeout=600, cwd=tmp_path)

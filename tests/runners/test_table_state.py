@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.host_agent import block_devices
-from tests.helpers import read_line, start_agent
+from tests.helpers import on_disk, read_line, start_agent
 from tests.runners.test_host_agent import PAGE, _resident_pages, _table
 
 PAGES = 256
@@ -53,11 +52,6 @@ def _post(url: str, path: str) -> tuple[int, dict]:
         return exc.code, json.loads(body) if body.startswith(b"{") else {}
 
 
-def _on_disk(folder: Path) -> None:
-    if block_devices.disk_of(os.stat(folder).st_dev) is None:
-        pytest.skip(f"{folder} is on no block device (tmpfs?): its pages cannot be dropped")
-
-
 def _read_all(path: Path) -> None:
     with open(path, "rb") as f:
         while f.read(1 << 20):
@@ -79,7 +73,7 @@ def _locker(table: Path) -> Iterator[None]:
 
 
 def test_drop_leaves_the_table_cold_and_warm_reads_it_in_up_to_the_budget(tmp_path):
-    _on_disk(tmp_path)
+    on_disk(tmp_path)
     table = _table(tmp_path, PAGES)
     _read_all(table)
     with start_agent("--pid", str(os.getpid()), "--table", str(table)) as (url, _, _):
@@ -100,7 +94,7 @@ def test_drop_leaves_the_table_cold_and_warm_reads_it_in_up_to_the_budget(tmp_pa
 
 
 def test_a_drop_that_locked_pages_defeat_says_so_and_is_not_cold(tmp_path):
-    _on_disk(tmp_path)
+    on_disk(tmp_path)
     table = _table(tmp_path, PAGES)
     with _locker(table), start_agent("--pid", str(os.getpid()), "--table", str(table)) as (
             url, _, _):
@@ -121,7 +115,7 @@ def test_an_agent_without_a_table_refuses_to_set_its_state(tmp_path):
 
 
 def test_the_agent_acts_on_no_path_a_request_names(tmp_path):
-    _on_disk(tmp_path)
+    on_disk(tmp_path)
     (tmp_path / "given").mkdir()
     (tmp_path / "other").mkdir()
     table, other = _table(tmp_path / "given", 4), _table(tmp_path / "other", 4)

@@ -9,8 +9,8 @@ import json
 import random
 from pathlib import Path
 
-from tests.helpers import host_agent, run_cli
-from tests.runners.test_host_metrics_bundled import _on_disk, _server
+from tests.helpers import host_agent, on_disk, run_cli
+from tests.runners.test_host_metrics_bundled import _server
 
 # prompts at their own lengths: no calibration request reads the table before the drop
 LOAD = ("--levels", "2,4", "--rounds", "2", "--output-tokens", "16", "--warmup", "0",
@@ -43,7 +43,7 @@ def _first_level_host(db: Path, tmp_path: Path, *args: str) -> dict:
 
 
 def test_a_cold_start_through_the_agent_is_stored_apart_and_slower_than_a_warm_one(tmp_path):
-    _on_disk(tmp_path)
+    on_disk(tmp_path)
     db = tmp_path / "bench.duckdb"
     with _server(tmp_path) as (server, url), host_agent(server.pid, tmp_path / "table.bin") \
             as agent:
