@@ -61,7 +61,7 @@ import tempfile
 import termios
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -89,6 +89,7 @@ from harness.run.prompts import load
 from harness.run.session import RunResult, execute, new_run_id
 from harness.run.workload import payload
 from harness.wire.endpoint import Endpoint
+from runners.host_agent import launch
 from runners.lifecycle import free_port
 
 # Issue targets: TTFT bias by level, TPS error up to C=32, CPU per chunk at C >= 32.
@@ -133,15 +134,6 @@ def _start_server(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
     assert proc.stdout is not None
     proc.stdout.readline()  # "listening on ..."
     return proc
-
-
-def _start_agent(pid: int) -> tuple[subprocess.Popen, str]:
-    """`engram-bench agent` on the fake server's process, on a free port; its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "runners.host_agent", "--pid", str(pid),
-                             "--port", "0"], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # "engram-bench agent: serving http://...:PORT/metrics: ..."
-    return proc, line.split("serving ", 1)[1].split("/metrics", 1)[0] + "/metrics"
 
 
 @contextmanager
@@ -469,6 +461,9 @@ def main() -> int:
     if not 0 < args.rate_duration < float("inf"):
         parser.error("--rate-duration must be a positive number of seconds")
     levels = tuple(int(c) for c in args.levels.split(",") if c)
+    if len(set(levels)) < len(levels):
+        parser.error("--levels names a level twice: its arms' figures are kept per level, so "
+                     "for passes of one level run the benchmark again with --clients reordered")
     rates = tuple(float(r) for r in args.rates.split(",") if r)
     if any(not 0 < r < float("inf") for r in rates):
         parser.error("--rates must be numbers of requests/s above 0")
@@ -478,16 +473,15 @@ def main() -> int:
     port = free_port()
     server = _start_server(port, args.ttft_ms, args.itl_ms)
     url = f"http://127.0.0.1:{port}/v1"
-    agent = _start_agent(server.pid) if "harness+host" in arms else None
-    args.agent_url = agent[1] if agent else ""
     try:
-        with _terminal() as tty:
+        with (launch.watching(server.pid, [], lambda _: None) if "harness+host" in arms
+              else nullcontext()) as agent_url, _terminal() as tty:
+            args.agent_url = agent_url or ""
             measured, rated = aio.run(_measure_all(url, levels, arms, rates, args, tty))
         timings = {t["request_id"]: t for t in httpx.get(f"{url[:-3]}/mock/timings").json()}
     finally:
-        for proc in (server, *(agent[:1] if agent else ())):
-            proc.terminate()
-            proc.wait(5)
+        server.terminate()
+        server.wait(5)
 
     failed = _closed_table(levels, arms, measured, timings, args) if measured else False
     if rated:
@@ -518,8 +512,10 @@ def _closed_table(levels: tuple[int, ...], arms: tuple[str, ...],
             if arm == "harness-starved" and not (checked and checked.client_bound):
                 print(f"     harness-starved at C={c}: the self-check did not flag the level")
                 failed = True
-    _token_times_cost(levels, measured, timings)
-    _host_cost(levels, measured, timings)
+    _arm_cost(levels, measured, timings, "harness", "harness+tokens", "--token-times",
+              " (targets: bias <= +0.3 ms, CPU/chunk <= +20%)")
+    _arm_cost(levels, measured, timings, "harness+scrape", "harness+host", "--host-metrics",
+              " (the scrapes run in the scraper's process and the agent: not in this CPU)")
     renderer = [(c, measured[c, "harness+bar"]) for c in levels if (c, "harness+bar") in measured]
     if renderer:
         print("harness+bar, the bar's own process (not in CPU/chunk above): " + ", ".join(
@@ -535,36 +531,21 @@ def _closed_table(levels: tuple[int, ...], arms: tuple[str, ...],
     return failed
 
 
-def _token_times_cost(levels: tuple[int, ...], measured: dict[tuple[int, str], Measured],
-                      timings: dict) -> None:
-    """--token-times against the plain harness at each level: bias and CPU per chunk added."""
-    pairs = [(c, measured[c, "harness"], measured[c, "harness+tokens"]) for c in levels
-             if (c, "harness") in measured and (c, "harness+tokens") in measured]
+def _arm_cost(levels: tuple[int, ...], measured: dict[tuple[int, str], Measured],
+              timings: dict, base: str, arm: str, what: str, note: str = "") -> None:
+    """What `what` costs at each level: `arm`'s TTFT bias and load-process CPU per chunk
+    against `base`'s, the same run without it."""
+    pairs = [(c, measured[c, base], measured[c, arm]) for c in levels
+             if (c, base) in measured and (c, arm) in measured]
     if not pairs:
         return
     parts = []
-    for c, plain, timed in pairs:
-        extra_bias = _mean_bias(timed, timings) - _mean_bias(plain, timings)
-        cpu = (timed.cpu_s / max(timed.chunks, 1)) / (plain.cpu_s / max(plain.chunks, 1)) - 1
-        parts.append(f"C={c} bias {extra_bias:+.2f} ms, CPU/chunk {cpu:+.0%}")
-    print("--token-times costs (harness+tokens - harness): " + "; ".join(parts)
-          + " (targets: bias <= +0.3 ms, CPU/chunk <= +20%)")
-
-
-def _host_cost(levels: tuple[int, ...], measured: dict[tuple[int, str], Measured],
-               timings: dict) -> None:
-    """--host-metrics against the same run without it, both scraping the server: the TTFT
-    bias and CPU per chunk scraping the host added."""
-    pairs = [(c, measured[c, "harness+scrape"], measured[c, "harness+host"]) for c in levels
-             if (c, "harness+scrape") in measured and (c, "harness+host") in measured]
-    if not pairs:
-        return
-    parts = []
-    for c, plain, host in pairs:
-        extra_bias = _mean_bias(host, timings) - _mean_bias(plain, timings)
-        cpu = (host.cpu_s / max(host.chunks, 1)) / (plain.cpu_s / max(plain.chunks, 1)) - 1
-        parts.append(f"C={c} bias {extra_bias:+.2f} ms, CPU/chunk {cpu:+.0%}")
-    print("--host-metrics costs (harness+host - harness+scrape): " + "; ".join(parts))
+    for c, plain, with_it in pairs:
+        extra_bias = _mean_bias(with_it, timings) - _mean_bias(plain, timings)
+        cpu = ((with_it.cpu_s / max(with_it.chunks, 1)) / (plain.cpu_s / max(plain.chunks, 1))
+               - 1)
+        parts.append(f"C={c} bias {extra_bias:+.2f} ms, load-process CPU/chunk {cpu:+.0%}")
+    print(f"{what} costs ({arm} - {base}): " + "; ".join(parts) + note)
 
 
 def _mean_bias(m: Measured, timings: dict) -> float:
