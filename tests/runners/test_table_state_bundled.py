@@ -45,11 +45,17 @@ def _first_level_host(db: Path, tmp_path: Path, *args: str) -> dict:
 def test_a_cold_start_through_the_agent_is_stored_apart_and_slower_than_a_warm_one(tmp_path):
     on_disk(tmp_path)
     db = tmp_path / "bench.duckdb"
-    with _server(tmp_path) as (server, url), host_agent(server.pid, tmp_path / "table.bin") \
-            as agent:
-        common = ("--url", f"{url}/v1", "--host-metrics", agent)
-        cold = _first_level_host(db, tmp_path, *common, "--table-state", "cold")
-        warm = _first_level_host(db, tmp_path, *common, "--table-state", "warm")
+
+    def first_level(state: str) -> dict:
+        """A fresh server for each state, so both pay its first requests alike (a warm run
+        before a cold one would leave pages the server maps, which no drop evicts)."""
+        with _server(tmp_path) as (server, url), \
+                host_agent(server.pid, tmp_path / "table.bin") as agent:
+            return _first_level_host(db, tmp_path, "--url", f"{url}/v1", "--host-metrics",
+                                     agent, "--table-state", state)
+
+    warm = first_level("warm")
+    cold = first_level("cold")
     assert cold["table_state"] == "cold" and warm["table_state"] == "warm"
     assert cold["table_resident_bytes_start"] <= 0.01 * cold["table_bytes"]  # near zero
     assert warm["table_resident_bytes_start"] >= 0.9 * warm["table_bytes"]
