@@ -13,17 +13,16 @@ import json
 import os
 from collections.abc import Collection
 from pathlib import Path
-from typing import cast
 
 import duckdb
 import pandas as pd
 
 from explorer import literal
 from harness.config import StoredRun
-from harness.results import cold_start, users
+from harness.results import users
 from harness.results.confidence import difference_of_clusters, interval_of_clusters
 from harness.results.goodput import Slo
-from harness.results.host_figures import level_host
+from harness.results.host_figures import levels_host
 from harness.results.metrics import (
     STATISTIC_FIELDS,
     LevelPoint,
@@ -208,20 +207,14 @@ def host_levels(path: Path, run_id: str, levels_frame: pd.DataFrame) -> pd.DataF
     counted = {(int(r.concurrency), None if pd.isna(r.rate) else float(r.rate)):
                (float(r.output_tokens or 0), float(r.prompt_tokens or 0))
                for r in tokens.itertuples()}
-    rows = [{"concurrency": c, "rate": rate,
-             **level_host(passes, *counted.get((c, rate), (0.0, 0.0)))}
-            for (c, rate), passes in sorted(by_level.items(), key=lambda kv: (kv[0][0],
-                                                                              kv[0][1] or 0))]
     config = StoredRun.from_json(store.run(run_id).config).config
-    if config and config.table_state:  # the level of the first pass: the state it met
-        records = store.requests(run_id)
-        first = cold_start.first_level(records)
-        for row in rows:
-            if first and (row["concurrency"], row["rate"]) == first:
-                row.update(cold_start.figures(
-                    config.table_state, cast(float | None, row["table_bytes"]),
-                    cast(float | None, row["table_resident_bytes_start"]), records, first))
-    frame = pd.DataFrame(rows)
+    table_state = config.table_state if config else ""
+    found = levels_host(by_level, counted, table_state,
+                        store.requests(run_id) if table_state else [])
+    frame = pd.DataFrame([{"concurrency": c, "rate": rate, **host}
+                          for (c, rate), host in sorted(found.items(),
+                                                        key=lambda kv: (kv[0][0],
+                                                                        kv[0][1] or 0))])
     shown = [c for c in ("concurrency", "mean_ttft_ms", "mean_tpot_ms") if c in levels_frame]
     if "concurrency" in shown and len(shown) > 1:
         frame = frame.merge(levels_frame[shown].drop_duplicates("concurrency"),

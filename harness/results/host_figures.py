@@ -13,8 +13,11 @@ of the others. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import cast
 
+from harness.records import RequestRecord
+from harness.results import cold_start
 from harness.results.host_level import HostLevel
 from harness.results.summary import HostDict
 
@@ -99,3 +102,23 @@ def level_host(passes: Sequence[Pass], output_tokens: float, prompt_tokens: floa
             _total(passes, lambda h: h.host_major_faults), output_tokens),
         "table_state": None, "table_state_ttft_ms": None, "table_state_requests": None,
     }
+
+
+def levels_host(by_level: Mapping[tuple[int, float | None], Sequence[Pass]],
+                tokens: Mapping[tuple[int, float | None], tuple[float, float]],
+                table_state: str, records: Sequence[RequestRecord],
+                ) -> dict[tuple[int, float | None], HostDict]:
+    """Each level's host figures (level_host over its stored passes, per the output and
+    prompt tokens its requests reported), the level of the run's first pass with the start
+    state `run --table-state` set (cold_start: `records` are the run's, needed only then):
+    what the summary and the explorer show alike."""
+    first = cold_start.first_level(records) if table_state else None
+    out = {}
+    for key, passes in by_level.items():
+        host = level_host(passes, *tokens.get(key, (0.0, 0.0)))
+        if key == first:
+            host.update(cast(HostDict, cold_start.figures(
+                table_state, host["table_bytes"], host["table_resident_bytes_start"], records,
+                first)))
+        out[key] = host
+    return out

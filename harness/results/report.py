@@ -12,7 +12,7 @@ from harness.records import LoadHost, RequestRecord
 from harness.results import cold_start, confidence, short_levels, users
 from harness.results.client_check import ClientCheck
 from harness.results.client_check import describe as describe_client
-from harness.results.host_figures import level_host
+from harness.results.host_figures import levels_host
 from harness.results.host_level import HostLevel
 from harness.results.metrics import (
     LevelStats,
@@ -123,10 +123,10 @@ def summarise(
         for row in levels:
             s = by_level[(row["concurrency"], row.get("rate"))]
             row.update(cast(LevelRow, {k: _round(s.value(k)) for k in TRACE_LEVEL_FIELDS}))
-    tokens = level_tokens(records) if host else {}
     stored_config = StoredRun.from_json(run.config).config
     asked = stored_config.table_state if stored_config else ""
-    first = cold_start.first_level(records) if asked else None
+    hosts_by_level = (levels_host(host, level_tokens(records), asked, records) if host
+                      else {})
     for row in levels:
         figures = (server or {}).get((row["concurrency"], row.get("rate")), {})
         if traced:  # what the server's prefix cache found, beside what the trace shares
@@ -150,15 +150,12 @@ def summarise(
         row["server_starved"] = cpu.server_starved if cpu else None
         if cpu and cpu.server_starved:
             warnings.append(describe_starved(row_name(row), cpu))
-        hosts = (host or {}).get((row["concurrency"], row.get("rate")))
-        row["host"] = cast(HostDict, _rounded(dict(level_host(
-            hosts, *tokens.get((row["concurrency"], row.get("rate")), (0, 0)))))) \
-            if hosts else None
+        level_hosts = hosts_by_level.get((row["concurrency"], row.get("rate")))
+        row["host"] = cast(HostDict, _rounded(dict(level_hosts))) if level_hosts else None
         if row["host"] and row["host"]["missing"]:
             warnings.append(f"{row_name(row)}: host figures missing: {row['host']['missing']}")
-        if row["host"] and first and (row["concurrency"], row.get("rate")) == (
-                first[0], _round(first[1])):
-            warnings += _table_state(row, row["host"], asked, records, first)
+        if row["host"] and row["host"]["table_state"] == cold_start.NOT_COLD:
+            warnings.append(_not_cold(row, row["host"]))
     if key not in ("R", "X", "U"):  # a Max C verdict
         found["max_c_starved"] = _starved_verdict(levels, cast(int, found["max_c"]),
                                                   server_cpu or {})
@@ -198,21 +195,15 @@ def summarise(
     return summary
 
 
-def _table_state(row: LevelRow, host: HostDict, asked: str, records: Sequence[RequestRecord],
-                 first: cold_start.Level) -> list[str]:
-    """The state `run --table-state` set, on the level of the run's first pass: stored in its
-    host figures with the TTFT of the requests that met it; a warning where cold was asked
-    and the level did not start cold."""
-    host.update(cast(HostDict, cold_start.figures(
-        asked, host["table_bytes"], host["table_resident_bytes_start"], records, first)))
-    if host["table_state"] != cold_start.NOT_COLD:
-        return []
+def _not_cold(row: LevelRow, host: HostDict) -> str:
+    """The warning for the level of the run's first pass where `run --table-state cold` was
+    asked and the level did not start cold."""
     resident, size = host["table_resident_bytes_start"], host["table_bytes"]
     held = (f"{resident / 2**20:,.1f} MiB of the table's {size / 2**20:,.1f} MiB were resident"
             if resident is not None and size else "its residency was not read")
-    return [f"{row_name(row)}: --table-state cold was asked, but {held} at its start (pages "
+    return (f"{row_name(row)}: --table-state cold was asked, but {held} at its start (pages "
             "another process maps or locks stay after a drop): it is not reported as a cold "
-            "start"]
+            "start")
 
 
 def level_tokens(records: Sequence[RequestRecord]
