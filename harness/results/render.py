@@ -176,7 +176,9 @@ def _print_host(summary: Summary, console: Console) -> None:
         if (h := lv["host"]) and h.get("table_state"):
             n = h["table_state_requests"]
             console.print(f"{row_name(lv)} started on a {h['table_state']} table "
-                          f"(--table-state): TTFT of its first {n} request"
+                          f"(--table-state; {_bytes(h['table_resident_bytes_start'])} of "
+                          f"{_bytes(h['table_bytes'])} resident, as the agent read it): TTFT "
+                          f"of its first {n} request"
                           f"{'' if n == 1 else 's'} {_fmt(h['table_state_ttft_ms'])} ms (mean), "
                           f"the level's {_fmt(lv.get('mean_ttft_ms'))} ms", highlight=False)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pandas as pd
 
@@ -107,7 +108,9 @@ def test_idle_waits_between_levels_and_says_the_residency_before_and_after(tmp_p
     assert "table state: warm on " in out and "read 0.1 MiB, 0.1 MiB of 0.1 MiB resident" in out
     idle = [ln for ln in out.splitlines() if ln.startswith("idle 0.2 s: the table's residency")]
     assert len(idle) == 1 and idle[0].endswith("went from 0.1 MiB to 0.1 MiB"), out
-    assert "C=1 started on a warm table (--table-state): TTFT of its first 1 request " in out
+    # the residency the agent read beside the state asked, the table all resident
+    assert re.search(r"C=1 started on a warm table \(--table-state; ([\d.]+ \w+) of \1 "
+                     r"resident, as the agent read it\): TTFT of its first 1 request ", out), out
     (run,) = Store(tmp_path / "bench.duckdb").runs()  # the explorer's host table: the same
     host = host_levels(tmp_path / "bench.duckdb", run.run_id, pd.DataFrame())
     states = dict(zip(host["concurrency"], host["table_state"], strict=True))
