@@ -58,14 +58,15 @@ def find(engine: str, model: str, device: str, nodes: int | None = None,
 def command(recipe: dict, port: int = 8000) -> tuple[list[tuple[str, str]], list[str]]:
     """The launch command: its environment and its words."""
     model_path = f"/models/{recipe['model']}"
+    launch = list(engine_settings.LAUNCH[recipe["engine"]])
     if recipe["engine"] == "vllm":
-        args = ["vllm", "serve", model_path, "--served-model-name", recipe["model"],
+        args = [*launch, model_path, "--served-model-name", recipe["model"],
                 "--tensor-parallel-size", str(recipe["tp"]), "--max-num-seqs",
                 str(recipe["max_running"]), "--port", str(port)]
         if recipe["nodes"] > 1:
             args += ["--distributed-executor-backend", "ray"]
     else:
-        args = ["python", "-m", "sglang.launch_server", "--model-path", model_path,
+        args = [*launch, "--model-path", model_path,
                 "--served-model-name", recipe["model"], "--tp", str(recipe["tp"]),
                 "--max-running-requests", str(recipe["max_running"]), "--port", str(port)]
     args += [word for flag in recipe.get("flags", []) for word in flag]
@@ -79,7 +80,10 @@ def command_line(env: list[tuple[str, str]], args: list[str]) -> str:
 def settings(recipe: dict, port: int = 8000) -> list[Printed]:
     """The engine settings the recipe's command sets; RecipeError names any the declared list
     does not hold, or a value it does not take."""
-    line = command_line(*command(recipe, port))
+    return _checked(command_line(*command(recipe, port)), recipe)
+
+
+def _checked(line: str, recipe: dict) -> list[Printed]:
     printed = engine_settings.parse_command(recipe["engine"], line)
     if wrong := engine_settings.problems(printed):
         raise RecipeError(f"the {_label(recipe)} recipe sets what no engine declares: "
@@ -112,7 +116,8 @@ def agent_lines(recipe: dict) -> list[str]:
 def render(recipe: dict, port: int = 8000, agent: bool = False) -> str:
     """The launch command, each setting's source, how to point the harness at the endpoint
     and, with `agent`, the host agent's command."""
-    printed = settings(recipe, port)
+    line = command_line(*command(recipe, port))
+    printed = _checked(line, recipe)
     lines = [VERSION_NOTE,
              f"# {recipe['model']} on {recipe['nodes']} x {recipe['device']}: TP {recipe['tp']}, "
              f"speculative decoding {recipe['speculative']}, table {recipe['table_placement']}",
@@ -122,7 +127,7 @@ def render(recipe: dict, port: int = 8000, agent: bool = False) -> str:
         lines.append(f"# multi-node: start a Ray cluster over the {recipe['nodes']} nodes "
                      "first (`ray start --head` on one, `ray start --address=HEAD:6379` on the "
                      "others), then run on the head node:")
-    lines.append(command_line(*command(recipe, port)))
+    lines.append(line)
     lines.append(f"# then: make bench URL=http://HEAD:{port}/v1 MODEL={recipe['model']} "
                  f"DEVICE={recipe['device']} PLACEMENT={recipe['table_placement']}")
     if agent:
