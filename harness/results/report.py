@@ -105,6 +105,8 @@ def summarise(
     figures were lost is named in the warnings)."""
     levels: list[LevelRow]
     found: Summary
+    stored = StoredRun.from_json(run.config)
+    config = stored.config
     key = level_key(run.mode)
     if key == "R":
         levels, found, warnings = _rate_levels(run, stats, targets)
@@ -123,8 +125,7 @@ def summarise(
         for row in levels:
             s = by_level[(row["concurrency"], row.get("rate"))]
             row.update(cast(LevelRow, {k: _round(s.value(k)) for k in TRACE_LEVEL_FIELDS}))
-    stored_config = StoredRun.from_json(run.config).config
-    asked = stored_config.table_state if stored_config else ""
+    asked = config.table_state if config else ""
     hosts_by_level = (levels_host(host, level_tokens(records), asked, records) if host
                       else {})
     for row in levels:
@@ -165,7 +166,7 @@ def summarise(
         warnings += [f"U={row['concurrency']} is not in steady state, left out of Max users: "
                      f"{row['steady_state_note']}" for row in levels if not row["steady_state"]]
     turns = turn_rows(records)
-    if StoredRun.from_json(run.config).calibrated:
+    if stored.calibrated:
         sized = stats_by_level(first_turns(records), cast(int, run.output_tokens))  # new messages
         warnings += [w for s in sized if (w := prompt_warning(s, cast(int, run.input_tokens)))]
     estimated = sum(1 for r in records if r.ok and r.output_tokens_estimated)
@@ -187,7 +188,6 @@ def summarise(
     }
     summary.update(found)
     summary["turns"] = turns if len(turns) > 1 else None
-    config = StoredRun.from_json(run.config).config
     summary["token_times"] = bool(config and config.token_times)
     summary["workers"] = config.workers if config else 1
     summary["load_hosts"] = [cast(LoadHostDict, asdict(h)) for h in load_hosts]
