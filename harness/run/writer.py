@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from common import orphaned_queues
+from common import background, orphaned_queues
 from harness.records import RequestRecord
 from harness.results.store import Store
 
@@ -41,7 +41,7 @@ def _serve(db_path: str, lock_timeout_s: float, run_id: str, token_times: bool,
     # its INSERTs wait when the timing loop or a server on this host wants the CPU: a round's
     # write ran as the next request went out, and a local server woken onto the writer's CPU
     # read that request 1-2 ms late
-    os.nice(19)
+    background.step_back()
     store = Store(Path(db_path), lock_timeout_s)
     while True:
         try:

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from common import orphaned_queues
+from common import background, orphaned_queues
 from harness.results.clock_offset import ClockReading, best_offset
 from harness.results.host_level import SLICE_S, HostPass, Scrape, host_level
 from harness.results.server_metrics import MetricRow, NotPrometheus, Snapshot, aggregate, parse
@@ -132,7 +132,7 @@ def _serve(endpoint: Endpoint | None, hosts: tuple[str, ...], inbox: mp.Queue, o
     of the next scrape (the server's every INTERVAL_S, the hosts' every SLICE_S); exits when
     told or when the parent died."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    os.nice(19)  # as the writer: the timing loop and a server on this host come first
+    background.step_back()  # as the writer's
     target = _Target(endpoint) if endpoint is not None else None
     watched = _Hosts(hosts) if hosts else None
     level: list[Snapshot] | None = None  # the server's snapshots of the level under way
