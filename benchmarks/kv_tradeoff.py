@@ -109,7 +109,8 @@ def report(store: Store, runs: dict[int, dict[str, str]], args: argparse.Namespa
             cap = capacity([point(s) for s in stats], targets)
             pool, fit, waiting, preempted = kv_figures(store, run_id, prompt,
                                                        args.output_tokens)
-            levels = "  ".join(f"{s.concurrency}: {s.mean_ttft_ms or 0:.0f}/{s.mean_tps or 0:.1f}"
+            levels = "  ".join(f"{s.concurrency}: {s.number('mean_ttft_ms') or 0:.0f}/"
+                               f"{s.number('mean_tps') or 0:.1f}"
                                f"{'' if v.passes else '*'}"
                                for s, v in zip(stats, cap.levels, strict=True))
             print(f"{prompt:>6} {arm:<7} {pool:>9,} {fit:>4} {waiting:>8.0f} {preempted:>9.0f}  "

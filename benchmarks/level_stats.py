@@ -44,9 +44,10 @@ def build(path: Path, requests: int) -> str:
     return run_id
 
 
-def python_path(store: Store, run_id: str) -> dict[int, tuple[float, float, float]]:
+def python_path(store: Store, run_id: str) -> dict[int, tuple[float | None, ...]]:
     stats = stats_by_level(store.requests(run_id), 128)
-    return {s.concurrency: (s.mean_ttft_ms, s.mean_tps, s.p99_ttft_ms) for s in stats}
+    return {s.concurrency: (s.number("mean_ttft_ms"), s.number("mean_tps"),
+                            s.number("p99_ttft_ms")) for s in stats}
 
 
 def duckdb_view(store: Store, run_id: str) -> dict[int, tuple[float, float, float]]:

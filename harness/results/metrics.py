@@ -86,9 +86,9 @@ class LevelStats:
         return self.declared.get(name) if name in DECLARED_FIGURES else getattr(self, name)
 
     def number(self, name: str) -> float | None:
-        """A declared figure's statistic that is a number ("mean_ttft_ms"), None where the
-        level has none."""
-        value = self.declared.get(name)
+        """A figure by its level name as a number ("mean_ttft_ms"), None where the level has
+        none."""
+        value = self.value(name)
         return float(value) if isinstance(value, int | float) else None
 
 
