@@ -92,8 +92,8 @@ COLUMNS: dict[str, Column] = {
     "others_cpu_share": Column("other processes' CPU (of the machine)", "number", "percent"),
     "lag_limited": Column("send lag > 10 ms", "check"),
     # the serving hosts' kernel counters (run --host-metrics), per level
-    "tree_read_bytes_per_output_token": Column("disk B / output token", "number", "%.0f"),
-    "tree_read_bytes_per_prompt_token": Column("disk B / prompt token", "number", "%.0f"),
+    "tree_read_bytes_per_output_token": Column("server reads B / output token", "number", "%.0f"),
+    "tree_read_bytes_per_prompt_token": Column("server reads B / prompt token", "number", "%.0f"),
     "major_faults_per_output_token": Column("major faults / output token", "number", "%.4f"),
     "table_bytes": Column("table size", "number", "bytes"),
     "table_resident_bytes_start": Column("table resident at start", "number", "bytes"),

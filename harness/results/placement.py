@@ -80,7 +80,8 @@ class LevelSide:
     ttft_ms: Figure
     tpot_ms: Figure
     disk_bytes_per_token: float | None  # /stats: per token processed, prompt and output
-    host_disk_bytes_per_output_token: float | None  # the host agent's process tree
+    tree_read_bytes_per_output_token: float | None  # host agent: the server's process tree's
+    # reads from storage, the table's and any other
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,7 @@ def run_side(summary: Summary, stats: Sequence[Mapping[str, Any]] = (),
         passes=row["passes"], ttft_ms=_ttft(row), tpot_ms=Figure(row.get("mean_tpot_ms")),
         disk_bytes_per_token=_mean([level_counters(before, after)["disk_bytes_per_token"]
                                     for before, after in snapshots.get(row["concurrency"], [])]),
-        host_disk_bytes_per_output_token=hosts[row["concurrency"]].get(
+        tree_read_bytes_per_output_token=hosts[row["concurrency"]].get(
             "tree_read_bytes_per_output_token")) for row in levels}
     last = _last_after(stats)
     placement = summary.get("table_placement") or text(last, stats_keys.PLACEMENT)
@@ -321,14 +322,15 @@ def _disk(a: RunSide, b: RunSide, level: int) -> str:
         figures = []
         if lv.disk_bytes_per_token is not None:
             figures.append(f"{size(lv.disk_bytes_per_token)} per token (/stats)")
-        if lv.host_disk_bytes_per_output_token is not None:
-            figures.append(f"{size(lv.host_disk_bytes_per_output_token)} per output token "
+        if lv.tree_read_bytes_per_output_token is not None:
+            figures.append(f"{size(lv.tree_read_bytes_per_output_token)} per output token "
                            "(host agent)")
         if figures:
             parts.append(f"{side.placement or side.run_id}: {' and '.join(figures)}")
     if not parts:
-        return "Neither run measured the table's disk reads."
-    return f"Table bytes read from disk at C={level}: {'; '.join(parts)}."
+        return "Neither run measured reads from storage."
+    return (f"Read from storage at C={level} (/stats: the table's bytes; host agent: all the "
+            f"server's processes read): {'; '.join(parts)}.")
 
 
 def _memory(a: RunSide, b: RunSide, chat_factor: float) -> str:

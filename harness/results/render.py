@@ -145,9 +145,9 @@ def _declared_value(value: object, name: str) -> str:
 
 def _print_host(summary: Summary, console: Console) -> None:
     """Per level, the serving hosts' kernel counters (`--host-metrics`) beside TTFT and TPOT:
-    table bytes read from disk per token, major faults, the table's residency at the
-    level's start and end, peak file-backed and pinned memory, the I/O stall and the disk's
-    busy share."""
+    the bytes the server's processes read from storage per token, major faults, the table's
+    residency at the level's start and end, peak file-backed and pinned memory, the I/O stall
+    and the disk's busy share."""
     levels = [lv for lv in summary["levels"] if lv.get("host")]
     if not levels:
         return

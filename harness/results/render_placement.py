@@ -29,7 +29,7 @@ def print_verdict(v: Verdict, console: Console) -> None:
 
 def rows(v: Verdict) -> list[tuple[str, str, str, str]]:
     """The table's rows: the runs' setup and capacity, then each shared level's latency and
-    disk reads, then the table's host memory and the KV pools."""
+    reads from storage, then the table's host memory and the KV pools."""
     a, b = v.a, v.b
     out = [("placement", a.placement or "-", b.placement or "-", ""),
            ("Max C", a.max_c_text(), b.max_c_text(), f"{b.max_c - a.max_c:+d}"),
@@ -42,10 +42,10 @@ def rows(v: Verdict) -> list[tuple[str, str, str, str]]:
         out.append((f"C={c} passes", _yes(x.passes), _yes(y.passes), ""))
         out.append(_figure(f"C={c} TTFT mean (ms)", x.ttft_ms, y.ttft_ms))
         out.append(_figure(f"C={c} TPOT mean (ms)", x.tpot_ms, y.tpot_ms))
-        out += _bytes_rows(f"C={c} disk B / token (/stats)", x, y,
+        out += _bytes_rows(f"C={c} table B read / token (/stats)", x, y,
                            lambda s: s.disk_bytes_per_token)
-        out += _bytes_rows(f"C={c} disk B / output token (host agent)", x, y,
-                           lambda s: s.host_disk_bytes_per_output_token)
+        out += _bytes_rows(f"C={c} server reads B / output token (host agent)", x, y,
+                           lambda s: s.tree_read_bytes_per_output_token)
     out.append(("host memory held by the table", _held(a), _held(b),
                 _change(a.held.bytes, b.held.bytes, size)))
     out.append((f"... per chat user (held / (Max C x {v.chat_factor:g}))",

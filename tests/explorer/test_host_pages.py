@@ -59,11 +59,11 @@ def test_the_run_page_shows_each_levels_host_figures_and_a_levels_time_slices(mo
     at = app(monkeypatch, host_db, "views/run.py")
     at.selectbox(key="run_id").set_value(RUN).run()
     assert not at.exception, at.exception
-    [table] = [t for t in at.dataframe if "disk B / output token" in t.value.columns]
+    [table] = [t for t in at.dataframe if "server reads B / output token" in t.value.columns]
     assert_human(table)
     frame = table.value.set_index("C")
     # 3 s of READ_PER_C x C bytes a second over each level's 10 rounds of C x 128 tokens
-    assert list(frame["disk B / output token"]) == pytest.approx(
+    assert list(frame["server reads B / output token"]) == pytest.approx(
         [READ_PER_C * c * 3 / (10 * c * 128) for c in fixtures.LEVELS])
     assert {"mean TTFT (ms)", "mean TPOT (ms/token)"} <= set(frame.columns)  # beside them
     assert list(frame["table resident at end"]) == [2**28 + 3 * 2**24] * len(fixtures.LEVELS)
@@ -78,7 +78,7 @@ def test_the_run_page_shows_each_levels_host_figures_and_a_levels_time_slices(mo
 def test_a_run_without_host_metrics_shows_no_host_section(monkeypatch, host_db):
     at = app(monkeypatch, host_db, "views/run.py")
     at.selectbox(key="run_id").set_value("fixture-mem").run()
-    assert not any("disk B / output token" in t.value.columns for t in at.dataframe)
+    assert not any("server reads B / output token" in t.value.columns for t in at.dataframe)
     assert not any(s.value == "The serving host per level" for s in at.subheader)
 
 

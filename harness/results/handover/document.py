@@ -18,7 +18,7 @@ from harness.results.summary import IntervalDict, LevelRow, Summary, row_name
 
 GENERATED_ID = "generated"  # the element holding the time the report was written
 FINISHED = "complete"
-HOST_COLUMNS = (("tree_read_bytes_per_output_token", "disk read B/out tok"),
+HOST_COLUMNS = (("tree_read_bytes_per_output_token", "server reads B/out tok"),
                 ("major_faults_per_output_token", "major faults/out tok"),
                 ("table_resident_bytes_end", "table resident B (end)"),
                 ("peak_rss_file_bytes", "peak RSS file B"),
