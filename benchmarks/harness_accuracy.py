@@ -474,8 +474,10 @@ def main() -> int:
     server = _start_server(port, args.ttft_ms, args.itl_ms)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        with (launch.watching(server.pid, [], lambda _: None) if "harness+host" in arms
-              else nullcontext()) as agent_url, _terminal() as tty:
+        with (launch.watching(server.pid, [], lambda line: print(line, file=sys.stderr))
+              if "harness+host" in arms else nullcontext()) as agent_url, _terminal() as tty:
+            if "harness+host" in arms and agent_url is None:  # the arm would be harness+scrape
+                return 2
             args.agent_url = agent_url or ""
             measured, rated = aio.run(_measure_all(url, levels, arms, rates, args, tty))
         timings = {t["request_id"]: t for t in httpx.get(f"{url[:-3]}/mock/timings").json()}
