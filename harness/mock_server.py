@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.reasoning import REASONING_FIELDS, reasoned_tokens
+from common.reasoning import reasoned_tokens, settings_refusal
 from harness.run import aio
 
 FAULTS = ("none", "http_500", "http_429", "drop", "malformed", "stream_error", "stall", "not_sse",
@@ -92,15 +92,9 @@ class MockConfig:
             raise ValueError(f"fault {self.fault!r} is not one of {', '.join(FAULTS)}")
         if self.tokens_per_chunk < 1 or self.fault_every < 1:
             raise ValueError("tokens_per_chunk and fault_every must be at least 1")
-        if self.reasoning_field not in REASONING_FIELDS:
-            raise ValueError(f"reasoning_field {self.reasoning_field!r} is not one of "
-                             f"{', '.join(REASONING_FIELDS)}")
-        if self.reasoning_tokens < 0:
-            raise ValueError("reasoning_tokens must be at least 0")
-        if not 0 <= self.reasoning_share <= 1:
-            raise ValueError("reasoning_share must be a share in [0, 1]")
-        if self.reasoning_tokens and self.reasoning_share:
-            raise ValueError("reasoning_tokens and reasoning_share: give one of them")
+        if refused := settings_refusal(self.reasoning_tokens, self.reasoning_share,
+                                       self.reasoning_field):
+            raise ValueError(refused)
 
     def reasoning_of(self, n_tokens: int) -> int:
         """How many of a chat answer's `n_tokens` go out as reasoning."""

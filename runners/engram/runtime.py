@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from common import stats_keys
-from common.reasoning import REASONING_FIELDS
+from common.reasoning import settings_refusal
 from runners.engram import os_io, table_file
 from runners.engram.compression import compression_map
 from runners.engram.config import ModelConfig, preset
@@ -77,15 +77,9 @@ class ServerOptions:
             raise ServerConfigError("--table-size-gb must be positive")
         if self.max_running < 1:
             raise ServerConfigError("max running requests must be at least 1")
-        if self.reasoning_tokens < 0:
-            raise ServerConfigError("--reasoning-tokens must be 0 or more")
-        if not 0 <= self.reasoning_share <= 1:
-            raise ServerConfigError("--reasoning-share must be a share in [0, 1]")
-        if self.reasoning_tokens and self.reasoning_share:
-            raise ServerConfigError("--reasoning-tokens and --reasoning-share: give one of them")
-        if self.reasoning_field not in REASONING_FIELDS:
-            raise ServerConfigError(f"--reasoning-field must be one of "
-                                    f"{', '.join(REASONING_FIELDS)}")
+        if refused := settings_refusal(self.reasoning_tokens, self.reasoning_share,
+                                       self.reasoning_field):
+            raise ServerConfigError(refused)
         if not 0 < self.cache_ratio <= 1:
             raise ServerConfigError(f"--cache-ratio must be in (0, 1], not {self.cache_ratio:g}")
         if self.page_cache_gib is not None and self.page_cache_gib <= 0:

@@ -118,7 +118,7 @@ def test_an_unknown_reasoning_field_is_refused_in_one_sentence():
                            "--reasoning-field", "thoughts"], capture_output=True, text=True,
                           timeout=30, cwd=ROOT)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("reasoning_field 'thoughts' is not one of "
+    assert proc.stderr.strip() == ("--reasoning-field 'thoughts' is not one of "
                                    "reasoning_content, reasoning")
 
 
