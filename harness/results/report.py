@@ -7,6 +7,7 @@ from dataclasses import asdict
 from statistics import fmean
 from typing import TypeVar, cast
 
+from common.readable import size
 from harness.config import RunConfig, StoredRun
 from harness.records import LoadHost, RequestRecord
 from harness.results import cold_start, confidence, short_levels, users
@@ -198,9 +199,9 @@ def summarise(
 def _not_cold(row: LevelRow, host: HostDict) -> str:
     """The warning for the level of the run's first pass where `run --table-state cold` was
     asked and the level did not start cold."""
-    resident, size = host["table_resident_bytes_start"], host["table_bytes"]
-    held = (f"{resident / 2**20:,.1f} MiB of the table's {size / 2**20:,.1f} MiB were resident"
-            if resident is not None and size else "its residency was not read")
+    resident, table_bytes = host["table_resident_bytes_start"], host["table_bytes"]
+    held = (f"{size(resident, ',.1f')} of the table's {size(table_bytes, ',.1f')} were resident"
+            if resident is not None and table_bytes else "its residency was not read")
     return (f"{row_name(row)}: --table-state cold was asked, but {held} at its start (pages "
             "another process maps or locks stay after a drop): it is not reported as a cold "
             "start")

@@ -4,6 +4,7 @@ one line `run` prints about it."""
 from __future__ import annotations
 
 from common import stats_keys
+from common.readable import size
 
 SERVER_TABLE_KEYS: dict[str, type | tuple[type, ...]] = {
     stats_keys.TABLE_BYTES: (int, float), stats_keys.PLACEMENT: str, stats_keys.IO_MODE: str,
@@ -18,16 +19,12 @@ def server_table(stats: dict | None) -> dict:
     return {k: stats[k] for k, kind in SERVER_TABLE_KEYS.items() if isinstance(stats.get(k), kind)}
 
 
-def _size(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
 def describe_server_table(table: dict) -> str:
     """One line, e.g. 'table: 2.0 GiB on nvme (mmap), page-cache budget 343.5 MiB (cache ratio
     0.168), cold start, decode replay', naming only what the server reported."""
     where = []
     if stats_keys.TABLE_BYTES in table:
-        where.append(_size(table[stats_keys.TABLE_BYTES]))
+        where.append(size(table[stats_keys.TABLE_BYTES], ".1f"))
     if stats_keys.PLACEMENT in table:
         where.append(f"on {table[stats_keys.PLACEMENT]}")
     if stats_keys.IO_MODE in table:
@@ -37,7 +34,7 @@ def describe_server_table(table: dict) -> str:
              if stats_keys.CACHE_RATIO in table else "")
     if stats_keys.TABLE_BUDGET_BYTES in table:
         kind = "row-cache" if table.get(stats_keys.IO_MODE) == "direct" else "page-cache"
-        parts.append(f"{kind} budget {_size(table[stats_keys.TABLE_BUDGET_BYTES])}"
+        parts.append(f"{kind} budget {size(table[stats_keys.TABLE_BUDGET_BYTES], '.1f')}"
                      + (f" ({ratio})" if ratio else ""))
     elif ratio:
         parts.append(ratio)
