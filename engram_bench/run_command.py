@@ -49,10 +49,8 @@ def _target(plan: RunPlan, console: Console) -> Iterator[tuple[SettledRun, int |
         assert server.pid is not None  # running
         table_files = engine.table_files(server)
         if run.config.table_state and not table_files:
-            raise UserError(f"--table-state drops or warms the table's file, and "
-                            f"{engine.title} started here reads its table from none (it is in "
-                            "memory, or there is no table): drop --table-state, or place the "
-                            "table in a file (the bundled server: --placement nvme)")
+            raise UserError(f"--table-state drops or warms the table's file, and {engine.title} "
+                            "started here did not name it in its /stats")
         with launch.watching(server.pid, table_files, say) as agent:
             hosts = (*run.config.host_metrics, agent) if agent else run.config.host_metrics
             try:

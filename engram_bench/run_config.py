@@ -138,6 +138,11 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         engine, options = engines.chosen(args)  # its own flags, read once
         server_args = engine.server_args(options, prof)
         placement = engine.table_placement(options, prof)
+        if args.table_state and not engine.reads_table_file(options, prof):
+            raise UserError(f"--table-state drops or warms the table's file, and {engine.title} "
+                            "started here reads its table from none (it is in memory, or there "
+                            "is no table): drop --table-state, or place the table in a file "
+                            "(the bundled server: --placement nvme)")
     config = RunConfig(
         url=args.url or "", model=args.model or "", api=args.api,
         rounds=args.rounds, input_tokens=args.input_tokens,

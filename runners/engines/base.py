@@ -54,6 +54,11 @@ class ManagedEngine(Generic[Options]):
         """The table placement a run records (none for an engine without an Engram table)."""
         return ""
 
+    def reads_table_file(self, options: Options, device: DeviceProfile) -> bool:
+        """Whether the server it starts reads its table from a file, the one `run
+        --table-state` drops or warms through the agent `run` starts beside it."""
+        return False
+
     def owns(self, server_args: Sequence[str]) -> bool:
         """Whether a run's stored server args are this engine's."""
         return tuple(server_args[:1]) == (self.name,)

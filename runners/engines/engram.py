@@ -98,6 +98,9 @@ class Engram(ManagedEngine[EngramOptions]):
     def table_placement(self, options: EngramOptions, device: DeviceProfile) -> str:
         return options.placement or device.table_placement
 
+    def reads_table_file(self, options: EngramOptions, device: DeviceProfile) -> bool:
+        return self.table_placement(options, device) == "nvme"
+
     def owns(self, server_args: Sequence[str]) -> bool:
         """Its args are the server's own flags, unmarked (as runs have always stored them)."""
         return bool(server_args) and server_args[0].startswith("-")

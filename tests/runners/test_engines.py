@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pytest
 
 from engram_bench import cli
+from engram_bench.errors import UserError
 from engram_bench.parser import build_parser
 from engram_bench.run_config import config_for
 from harness.config import StoredRun
@@ -101,6 +102,15 @@ def test_the_engram_engines_flags_are_refused_with_another_engine(tmp_path):
                                   "drop them or leave out --bundled vllm")
     with pytest.raises(EngineFlagError, match=r"^--preset set up the bundled Engram server"):
         _config(tmp_path, "--device", "cpu", "--bundled", "vllm", "--preset", "tiny")
+
+
+def test_a_table_state_is_refused_before_a_server_whose_table_is_in_no_file_starts(tmp_path):
+    """Settled with the run's config: vLLM would load its model first, only to be refused."""
+    for flags in (("--bundled", "vllm"), ("--placement", "host")):
+        with pytest.raises(UserError, match=r"^--table-state drops or warms the table's file"):
+            _config(tmp_path, "--device", "spark", "--table-state", "cold", *flags)
+    config = _config(tmp_path, "--device", "spark", "--placement", "nvme", "--table-state", "cold")
+    assert config.table_state == "cold"
 
 
 def test_an_engine_added_to_the_registry_alone_serves_a_run(tmp_path, monkeypatch, capsys):
