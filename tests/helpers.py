@@ -141,28 +141,51 @@ def group_alive(pgid: int) -> list[int]:
             if group == pgid and state != "Z"]
 
 
+class Exposition:
+    """A tiny HTTP server on a free loopback port: `path` answers `body(n)` for its n-th
+    scrape; anything else is a 404. Records what it was sent."""
+
+    def __init__(self, body: Callable[[int], str], path: str = "/metrics",
+                 status: int = 200) -> None:
+        self.scrapes = 0
+        self.auth: list[str | None] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != path:
+                    self.send_error(404)
+                    return
+                owner.scrapes += 1
+                owner.auth.append(self.headers.get("Authorization"))
+                data = body(owner.scrapes).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @contextlib.contextmanager
 def metrics_text(body: Callable[[], str]) -> Iterator[str]:
-    """A host's /metrics on a free loopback port answering every GET with `body()` (a
-    node_exporter, an agent with another clock): its URL, the server shut after."""
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            data = body().encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    """A host's /metrics answering every scrape with `body()` (a node_exporter, an agent with
+    another clock): its URL, the server shut after."""
+    server = Exposition(lambda _: body())
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        yield f"http://127.0.0.1:{server.port}/metrics"
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def on_disk(folder: Path) -> None:

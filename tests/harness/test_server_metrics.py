@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import duckdb
@@ -26,7 +24,7 @@ from harness.results.server_metrics import (
 from harness.results.store import Store
 from harness.wire.endpoint import Endpoint
 from harness.wire.scraper import Scraper
-from tests.helpers import run_cli
+from tests.helpers import Exposition, run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 INF = float("inf")
@@ -254,42 +252,6 @@ def test_series_of_several_engines_add_up_and_fractions_average():
 
 
 # -- the scraping process -------------------------------------------------------------------
-
-class Exposition:
-    """A tiny HTTP server: `path` answers `body(n)` for its n-th scrape; anything else is a
-    404. Records what it was sent."""
-
-    def __init__(self, body: Callable[[int], str], path: str = "/metrics",
-                 status: int = 200) -> None:
-        self.scrapes = 0
-        self.auth: list[str | None] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path != path:
-                    self.send_error(404)
-                    return
-                owner.scrapes += 1
-                owner.auth.append(self.headers.get("Authorization"))
-                data = body(owner.scrapes).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
 
 @pytest.fixture
 def exposition() -> Iterator[Callable[..., Exposition]]:
