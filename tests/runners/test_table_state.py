@@ -145,3 +145,13 @@ def test_a_drop_or_a_warm_reads_every_page_where_a_scrape_reads_a_stride(tmp_pat
     [whole] = tables.sample(whole=True)
     assert whole.residency is not None and whole.residency.sampled_fraction == 1.0
     assert tables._phase == 1  # the one scrape's
+
+    from runners.host_agent.agent import Agent, AgentConfig
+    agent = Agent(AgentConfig(pid=os.getpid(), match=None, tables=[str(table)],
+                              residency=residency.MINCORE, host="127.0.0.1", port=0))
+    try:  # the agent's own drop and warm read the table so too
+        for action in ("/table/drop", "/table/warm"):
+            assert agent.control(action, {})[0] == 200
+        assert agent.tables._phase == 0
+    finally:
+        agent.server._server.server_close()
