@@ -21,8 +21,9 @@ def test_a_server_on_this_host_keeps_a_cpu_of_its_own(monkeypatch: pytest.Monkey
         assert "one of them the server's on this host" in why
     assert _picked(monkeypatch, "", 2048, cpus=2)[0] == 1  # a server the run starts itself
     # with CPUs to spare, a process per STREAMS_PER_WORKER streams
-    assert (_picked(monkeypatch, "http://127.0.0.1:8000/v1", 2048, cpus=16)[0]
-            == 2048 // workers.STREAMS_PER_WORKER)
+    streams = 3 * workers.STREAMS_PER_WORKER
+    assert _picked(monkeypatch, "http://127.0.0.1:8000/v1", streams, cpus=16)[0] == 3
+    assert _picked(monkeypatch, "http://127.0.0.1:8000/v1", streams + 1, cpus=16)[0] == 4
 
 
 def test_a_remote_server_leaves_every_cpu_to_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
