@@ -143,7 +143,7 @@ def measure(tree: Path, server: int, url: str, c: int, args: argparse.Namespace)
             "read_lag": got["read_lag"], "lag_p99": got["lag_p99"], "flagged": got["flagged"]}
 
 
-def _head(tree: Path) -> str:
+def tree_head(tree: Path) -> str:
     """The tree's commit, marked where its files differ from it."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(tree), *args], capture_output=True,
@@ -223,7 +223,7 @@ def main() -> None:
     server.stdout.readline()  # "listening on ..."
     url = f"http://127.0.0.1:{port}/v1"
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
-    names = {"old": _head(trees["old"]), "new": _head(trees["new"])}
+    names = {"old": tree_head(trees["old"]), "new": tree_head(trees["new"])}
     rows = []
     try:
         for p in range(args.passes):

@@ -21,9 +21,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 
+from benchmarks.one_loop import server_log, tree_head
 from harness.results.store import Store
 from runners.lifecycle import free_port
 
@@ -32,16 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def one_pass(url: str, rounds: int, db: Path, tree: Path, arm: str) -> list[str]:
     """One `run` of levels 1 and 8, `tree`'s; a line per level."""
-    root = url.removesuffix("/v1")
-    urllib.request.urlopen(f"{root}/mock/timings?clear=1").read()
+    server_log(url)  # what came before left out
     proc = subprocess.run([sys.executable, "-m", "engram_bench", "run", "--url", url,
                            "--model", "mock-model", "--levels", "1,8", "--rounds", str(rounds),
                            "--output-tokens", "20", "--json", "--db", str(db)],
                           cwd=tree, capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(tree)})
     run_id = json.loads(proc.stdout)["run_id"]
-    with urllib.request.urlopen(f"{root}/mock/timings") as response:
-        server = {t["request_id"]: t for t in json.load(response)}
+    server = server_log(url)
     lines = []
     records = Store(db).requests(run_id)
     for c in (1, 8):
@@ -70,14 +68,15 @@ def main() -> None:
     parser.add_argument("--reasoning-tokens", type=int, default=12)
     parser.add_argument("--old", type=Path, help="a worktree of the commit to compare with")
     args = parser.parse_args()
-    trees = {"new": ROOT, **({"old": args.old.resolve()} if args.old else {})}
+    trees = {tree_head(ROOT): ROOT, **({tree_head(args.old.resolve()): args.old.resolve()}
+                                   if args.old else {})}
     from benchmarks.machine import machine_line
 
     load = os.getloadavg()[0]
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "harness.mock_server", "--port", str(port), "--ttft-ms", "5",
-         "--itl-ms", "4", "--reasoning-tokens", str(args.reasoning_tokens), "--log-chunks"],
+         "--itl-ms", "4", "--reasoning-tokens", str(args.reasoning_tokens)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
     server.stdout.readline()  # "listening on ..."
