@@ -124,6 +124,7 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
     levels: tuple[int, ...] = DEFAULT_LEVELS  # without --levels the mode makes its own of these
     placement = args.placement or ""
     server_args: tuple[str, ...] = ()
+    server_flags: tuple[str, ...] = ()
     if args.url and args.bundled:
         raise UserError("--bundled starts a server and --url sweeps one already running: "
                         "give one of them")
@@ -137,6 +138,7 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         levels = prof.default_levels
         engine, options = engines.chosen(args)  # its own flags, read once
         server_args = engine.server_args(options, prof)
+        server_flags = tuple(engine.run_flags(server_args))
         placement = engine.table_placement(options, prof)
         if args.table_state and not engine.reads_table_file(options, prof):
             raise UserError(f"--table-state drops or warms the table's file, and {engine.title} "
@@ -151,7 +153,8 @@ def _new_config(args: argparse.Namespace, cluster: Cluster | None) -> RunConfig:
         stall_timeout_s=args.stall_timeout, ca_bundle=args.ca_bundle or "",
         insecure=args.insecure, warmup=args.warmup, seed=args.seed, label=args.label,
         device=args.device or "", engine=args.engine or "",
-        table_placement=placement, server_args=server_args, prompts=_prompt_spec(args),
+        table_placement=placement, server_args=server_args, server_flags=server_flags,
+        prompts=_prompt_spec(args),
         server_metrics=args.server_metrics, host_metrics=args.host_metrics, search=args.search,
         table_state=args.table_state, warm_budget_gb=args.warm_budget_gb, idle_s=args.idle,
         max_concurrency=args.max_concurrency, repeat=args.repeat, turns=args.turns,

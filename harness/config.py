@@ -174,6 +174,9 @@ class RunConfig:
     engine: str = ""
     table_placement: str = ""
     server_args: tuple[str, ...] = ()  # set: the bundled server, started with these flags
+    # the `run` flags that start that server again (its engine's, beside --device and
+    # --placement); None in a run that started one, stored before they were
+    server_flags: tuple[str, ...] | None = ()
     prompts: str = "words"  # words, text, or a file's absolute path (harness.run.prompts)
     server_metrics: bool = True  # scrape the target's Prometheus /metrics per level
     # the serving hosts' kernel counters (engram-bench agent or node_exporter), one URL a node,
@@ -340,6 +343,9 @@ class RunConfig:
             kept.setdefault("request_timeout_s", data["timeout_s"])
         kept["levels"] = tuple(kept["levels"])
         kept["server_args"] = tuple(kept.get("server_args", ()))
+        flags = kept.get("server_flags")
+        kept["server_flags"] = (tuple(flags) if flags is not None
+                                else None if kept["server_args"] else ())
         kept["host_metrics"] = tuple(kept.get("host_metrics", ()))
         kept["rates"] = tuple(kept.get("rates", ()))
         kept["speedups"] = tuple(kept.get("speedups", ()))

@@ -63,6 +63,11 @@ class ManagedEngine(Generic[Options]):
         """Whether a run's stored server args are this engine's."""
         return tuple(server_args[:1]) == (self.name,)
 
+    def run_flags(self, server_args: Sequence[str]) -> list[str]:
+        """The `run` flags that start this server again from a run's stored `server_args`,
+        beside --device and --placement, which the run's config repeats."""
+        return ["--bundled", self.name]
+
     def serve(self, server_args: Sequence[str],
               say: Say) -> contextlib.AbstractContextManager[ManagedServer]:
         """Set up (first use), start, yield the running server, stop; `say` prints progress."""

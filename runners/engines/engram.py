@@ -105,6 +105,17 @@ class Engram(ManagedEngine[EngramOptions]):
         """Its args are the server's own flags, unmarked (as runs have always stored them)."""
         return bool(server_args) and server_args[0].startswith("-")
 
+    def run_flags(self, server_args: Sequence[str]) -> list[str]:
+        """Its `run` flags are the server's (server_args), spelled alike: all of them but
+        --device and --placement; it is the default engine, so no --bundled."""
+        kept, skipping = [], False
+        for word in server_args:
+            if word.startswith("--"):
+                skipping = word in ("--device", "--placement")
+            if not skipping:
+                kept.append(word)
+        return kept
+
     @contextlib.contextmanager
     def serve(self, server_args: Sequence[str], say: Say) -> Iterator[ManagedServer]:
         say(f"starting the bundled Engram server: {' '.join(server_args)}")

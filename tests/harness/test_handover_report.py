@@ -176,3 +176,17 @@ def test_the_command_to_measure_again_repeats_the_table_state_and_the_first_toke
     args = build_parser().parse_args(shlex.split(command)[1:])
     assert (args.table_state, args.warm_budget_gb, args.idle) == ("warm", 1.5, 30.0)
     assert targets(args).ttft_of == "output"
+
+
+def test_the_command_to_measure_again_names_every_setting_a_run_stores():
+    """A setting added to RunConfig is repeated by the command (FLAGS), or is named here with
+    how the command gets it otherwise: the next one cannot drift out unnoticed."""
+    from dataclasses import fields
+
+    from harness.config import RunConfig
+    from harness.results.handover.measured import FLAGS
+
+    otherwise = {"url": "--url, or the server's device", "model": "--model",
+                 "server_args": "its engine's flags", "server_flags": "given whole",
+                 "server_metrics": "--no-server-metrics", "engine": "detected again"}
+    assert {f.name for f in fields(RunConfig)} == set(FLAGS) | set(otherwise)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,10 @@ from engram_bench import cli
 from engram_bench.errors import UserError
 from engram_bench.parser import build_parser
 from engram_bench.run_config import config_for
-from harness.config import StoredRun
+from harness.config import RunConfig, StoredRun
+from harness.results.handover.measured import reproduce
+from harness.results.metrics import Targets
+from harness.results.run_row import RunRow
 from harness.results.store import Store
 from runners import engines
 from runners.engines.base import EngineFlagError, ManagedEngine, Say
@@ -111,6 +115,31 @@ def test_a_table_state_is_refused_before_a_server_whose_table_is_in_no_file_star
             _config(tmp_path, "--device", "spark", "--table-state", "cold", *flags)
     config = _config(tmp_path, "--device", "spark", "--placement", "nvme", "--table-state", "cold")
     assert config.table_state == "cold"
+
+
+def _stored(config: RunConfig, **changed: object) -> RunRow:
+    return RunRow(run_id="r", status="complete", mode=config.mode, levels=list(config.levels),
+                  rounds=config.rounds, output_tokens=config.output_tokens,
+                  config=json.dumps({**config.to_json_dict(), **changed}))
+
+
+@pytest.mark.parametrize("flags", [("--placement", "host", "--preset", "tiny", "--table-size-gb",
+                                    "0.004", "--io", "direct", "--reasoning-share", "0.25"),
+                                   ("--bundled", "vllm")])
+def test_the_command_to_measure_again_starts_the_same_server(tmp_path, flags):
+    config = _config(tmp_path, "--device", "spark", *flags)
+    command = reproduce(_stored(config), Targets())
+    again = _config(tmp_path, *shlex.split(command)[2:])
+    assert again.server_args == config.server_args and again.levels == config.levels
+
+
+def test_a_run_stored_before_its_servers_flags_were_gives_no_command_to_measure_again(tmp_path):
+    """Its command would start the default engine, whichever it ran."""
+    vllm = _config(tmp_path, "--device", "spark", "--bundled", "vllm")
+    old = {k: v for k, v in vllm.to_json_dict().items() if k != "server_flags"}
+    assert reproduce(RunRow(run_id="r", status="complete", mode="closed", levels=[1],
+                            rounds=10, output_tokens=128, config=json.dumps(old)),
+                     Targets()) == ""
 
 
 def test_an_engine_added_to_the_registry_alone_serves_a_run(tmp_path, monkeypatch, capsys):

@@ -57,15 +57,17 @@ def _value(value: object) -> str:
 
 
 def reproduce(run: RunRow, targets: Targets) -> str:
-    """The `engram-bench run` command of a run's stored settings: the target (or the bundled
-    server's device), then every setting not at its default, then the targets it was judged
-    by; '' where the stored settings are not this version's."""
+    """The `engram-bench run` command of a run's stored settings: the target (or the server
+    it started: its device and its engine's flags), then every setting not at its default,
+    then the targets it was judged by; '' where the stored settings are not this version's,
+    or the run started a server and was stored before its flags were."""
     config = StoredRun.from_json(run.config).config
-    if config is None:
+    if config is None or config.server_flags is None:
         return ""
     words = ["engram-bench", "run"]
     if not config.server_args:
         words += ["--url", public_url(config.url)]
+    words += config.server_flags
     if config.model:
         words += ["--model", config.model]
     defaults = RunConfig(url="", model="")
