@@ -179,7 +179,15 @@ def test_queue_full_is_503_with_retry_after(tmp_path, monkeypatch):
         with httpx.Client(timeout=30) as http:
             holders = [http.stream("POST", live.url + "/v1/completions", json=body)
                        for _ in range(2)]
-            responses = [h.__enter__() for h in holders]  # one running, one waiting
+            # the second once the first runs: sent while the first still waited (a loaded
+            # runner), it was refused itself, and the third took its place
+            responses = [holders[0].__enter__()]
+            deadline = time.monotonic() + 30
+            while not runtime.engine.running:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            responses.append(holders[1].__enter__())  # waiting
+            assert [r.status_code for r in responses] == [200, 200]
             third = http.post(live.url + "/v1/completions", json=body)
             steps_go.set()
             assert third.status_code == 503 and third.headers["retry-after"] == "1"
