@@ -132,7 +132,10 @@ def _serve(endpoint: Endpoint | None, hosts: tuple[str, ...], inbox: mp.Queue, o
     of the next scrape (the server's every INTERVAL_S, the hosts' every SLICE_S); exits when
     told or when the parent died."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    background.step_back()  # as the writer's
+    # at the run's own priority, unlike the writer: a level's samples must fall while it
+    # runs, and at nice 19 behind a busy server on this host they fell in the pauses between
+    # its rounds, when nothing ran (vLLM's num_requests_running read 0 at C=2)
+    background.leave_stdout()
     target = _Target(endpoint) if endpoint is not None else None
     watched = _Hosts(hosts) if hosts else None
     level: list[Snapshot] | None = None  # the server's snapshots of the level under way
