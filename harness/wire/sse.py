@@ -24,6 +24,10 @@ class SSEDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         if not data:
             return []
+        if (not self._buf and not self._cr and data.startswith(b"data: ")
+                and data.find(b"\n") == len(data) - 2 and data.endswith(b"\n\n")
+                and b"\r" not in data):  # one whole one-line event, as a token's read is
+            return [data[6:-2]]
         if self._cr and data[:1] == b"\n":
             data = data[1:]
         self._cr = data[-1:] == b"\r"

@@ -89,3 +89,23 @@ def test_only_interim_heads_leave_the_response_open():
 def test_switching_protocols_unasked_is_a_protocol_error():
     with pytest.raises(ProtocolError, match="101"):
         ResponseParser().feed(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("read", [
+    b"6\r\nhello \r\n", b"A\r\n0123456789\r\n", b"a\r\n0123456789\r\n", b"5;ext=1\r\nworld\r\n",
+    b"5\r\nhel\r\n\r\n", b"3\r\nabc\r\n4\r\ndefg\r\n", b"0\r\n\r\n", b"5\r\nhelloX\r\n",
+    b"5\r\nhello", b"-5\r\nhello\r\n", b"0x5\r\nhello\r\n", b"00005\r\nhello\r\n"])
+def test_a_read_of_one_whole_chunk_is_taken_as_any_split_of_it(read):
+    """A token's read is usually one whole chunk, parsed in one step: it must give the body
+    (or the error) that the same bytes give a byte at a time."""
+    def outcome(pieces: list[bytes]) -> tuple[bytes, bool] | str:
+        parser = ResponseParser()
+        parser.feed(HEAD)
+        try:
+            return b"".join(parser.feed(piece) for piece in pieces), parser.done
+        except ProtocolError as exc:
+            return str(exc)
+    assert outcome([read]) == outcome([read[i:i + 1] for i in range(len(read))])

@@ -32,6 +32,16 @@ def test_a_crlf_split_across_reads_is_one_line_break():
         assert decode(pieces) == [b"line1\nline2", b"x\ny", b"[DONE]"], pieces
 
 
+@pytest.mark.parametrize("read", [
+    b"data: a\n\n", b"data:  two\n\n", b"data: \n\n", b"data:none\n\n", b"data: x\r\n\r\n",
+    b"data: x\r\n\n", b"data: line1\ndata: line2\n\n", b": ping\n\n", b"data: [DONE]\n\n",
+    b"data: a\n\ndata: b\n\n", b"data: a\n", b"id: 1\ndata: a\n\n"])
+def test_a_read_of_one_whole_event_is_taken_as_any_split_of_it(read):
+    """A token's read is usually one whole one-line event, decoded in one step: it must give
+    what the same bytes give a byte at a time."""
+    assert decode([read]) == decode([read[i:i + 1] for i in range(len(read))])
+
+
 def test_exactly_one_space_is_stripped_after_the_colon():
     raw = (b"data:  two\n\ndata:none\n\nid: 1\ndata:   three\n\n"
            b"data\ndata: after-empty\n\ndata: \n\n")
