@@ -8,11 +8,12 @@ it fires (`loop lag`). The kernel says how long the loop's thread was runnable b
 is *client-bound* when the lag's p50 or p99, the timing process's CPU share or that wait passes the
 limits below; its TTFT and ITL may then be late by up to the lag. A timer can fire on time
 while the loop reads late: with hundreds of streams each callback waits behind the others'
-reads, not behind a sleeping timer. So the client also asks the kernel, as it reads each
+reads, not behind a sleeping timer. So the client also asks the kernel, as it reads a
 request's first token, how long ago that connection last received data (TCP_INFO's
-tcpi_last_data_recv, in ticks of the kernel's clock, so exact as a mean over many requests):
-a level whose first tokens were read more than READ_LAG_LIMIT_MS late on average is
-client-bound too, its TTFT read late by about that much.
+tcpi_last_data_recv, in ticks of the kernel's clock, so exact as a mean over many requests;
+asked on every connection of a pass up to 64 of them, on every k-th beyond, as each ask
+delays the reads queued behind it): a level whose first tokens were read more than
+READ_LAG_LIMIT_MS late on average is client-bound too, its TTFT read late by about that much.
 
 The limits come from `make bench-harness` on a 2-core machine against the mock server
 (docs/studies/accuracy.md#the-harness-checks-itself): at levels that met the targets

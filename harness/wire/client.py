@@ -52,6 +52,11 @@ _LAST_DATA_RECV_AT = 8 + 11 * 4
 # bytes, dated back by the stream's own spacing where that read brought later tokens too (an
 # estimate then: first_token_wait_ms); LoopMonitor takes them per level
 FIRST_READ_LAGS_MS: list[float] = []
+# the connections of a pass whose first reads are dated: all up to this many, every k-th one
+# beyond (the kernel's tick is a few ms, so a mean over this many is exact to ~0.1 ms); each
+# date is a syscall in the loop's read callback, paid in a burst of first tokens by every
+# read queued behind it
+FIRST_READS_DATED = 64
 
 
 class Clock:
@@ -148,6 +153,7 @@ class _Connection(asyncio.Protocol):
         self.pooled = False  # it waited idle in a pool, where the server may have closed it
         self.fd = -1
         self.sock: Any = None  # the transport's socket (asyncio's wrapper)
+        self.dates_first_read = True  # this connection's first reads feed the self-check
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
@@ -221,7 +227,7 @@ class _Connection(asyncio.Protocol):
                             if ex.stream.saw_done:
                                 ex.done_ns = now_ns
                                 break
-                        if first and ex.stream.chunks:
+                        if first and ex.stream.chunks and self.dates_first_read:
                             self._first_read(ex)
                 else:
                     ex.body += body[: ex.body_limit - len(ex.body)]
@@ -310,6 +316,8 @@ class ConnectionPool:
         self.connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
         self._opened: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._opened_count = 0
+        self._date_every = 1  # every k-th connection dates its first reads (FIRST_READS_DATED)
         self._ssl = endpoint.ssl_context()
 
     async def _open(self) -> _Connection:
@@ -331,6 +339,8 @@ class ConnectionPool:
                 transport.abort()
                 raise self._not_tls(exc) or exc from None
         self._opened.add(protocol)
+        protocol.dates_first_read = self._opened_count % self._date_every == 0
+        self._opened_count += 1
         return protocol
 
     def _not_tls(self, exc: BaseException) -> NotTLSError | None:
@@ -352,7 +362,9 @@ class ConnectionPool:
         return sum(c.unread_bytes() for c in list(self._opened))
 
     async def warm(self, count: int) -> None:
-        """Open connections until `count` are idle, so no request pays for a handshake.
+        """Open connections until `count` are idle, so no request pays for a handshake, and
+        pick those that date their first reads for the pass (every k-th, FIRST_READS_DATED;
+        as do the connections opened later in it, by the order they open).
 
         Best effort: a connection that fails to open is left for the request that needs it
         to open again, and to record the failure as its own error.
@@ -364,6 +376,10 @@ class ConnectionPool:
                 *(self._open() for _ in range(missing)), return_exceptions=True
             )
             self._idle += [c for c in opened if isinstance(c, _Connection)]
+        self._date_every = max(1, count // FIRST_READS_DATED)
+        for i, conn in enumerate(self._idle):
+            conn.dates_first_read = i % self._date_every == 0
+        self._opened_count = len(self._idle)
 
     async def acquire(self, fresh: bool = False) -> _Connection:
         """An idle connection, or a new one (always new when `fresh`)."""

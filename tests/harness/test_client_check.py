@@ -22,6 +22,7 @@ from harness.run.session import execute, new_run_id
 from harness.run.workload import payload
 from harness.wire.client import (
     FIRST_READ_LAGS_MS,
+    FIRST_READS_DATED,
     Clock,
     ConnectionPool,
     build_request,
@@ -206,3 +207,27 @@ def test_no_full_garbage_collection_stops_the_loop_while_a_level_is_measured():
         gc.callbacks.remove(count)
     assert 2 not in held and 0 in held, held
     assert 2 in free, free
+
+
+def test_a_wide_pass_dates_a_sample_of_its_first_reads_and_a_narrow_one_every_one(mock_server):
+    """Each first read's date is a syscall in the read callback, paid by every read queued
+    behind it in a burst: a pass of 16 streams dates all 16, one of 256 a sample of at least
+    FIRST_READS_DATED spread over its connections, far fewer than 256."""
+    ep = Endpoint(mock_server.url)
+
+    async def pass_of(streams: int) -> list[float]:
+        pool = ConnectionPool(ep, connect_timeout=5.0)
+        await pool.warm(streams)
+        FIRST_READ_LAGS_MS.clear()
+        body = payload("chat", "mock-model", "Hello there.", 4, 0.0)
+        records = await asyncio.gather(*(
+            stream_completion(pool, build_request(ep, body, f"r{i}"),
+                              RequestRecord(f"r{i}", streams, 0, i, 0.0), Clock(), 30.0)
+            for i in range(streams)))
+        pool.close()
+        assert all(r.ok for r in records)
+        return FIRST_READ_LAGS_MS[:]
+
+    assert len(aio.run(pass_of(16))) == 16
+    dated = len(aio.run(pass_of(256)))
+    assert FIRST_READS_DATED <= dated <= 256 // 2, dated
