@@ -80,7 +80,7 @@ GAUGES: dict[str, str] = {
     "weight_bytes": "model weight bytes",
     "table_resident_bytes": "table bytes resident in the page cache now (mincore)",
     "table_resident_peak_bytes": "highest sampled table residency (mincore)",
-    "table_mapping_rss_bytes": "RSS of the table's mapping in this process (/proc/self/smaps)",
+    "table_mapping_rss_bytes": "RSS of the table's mapping in this process (/proc/self/pagemap)",
     "bytes_requested_per_token": "Engram bytes requested per token (the code's arithmetic)",
     "disk_read_bytes_per_token": "bytes read from storage per token since serving began",
     "major_faults_per_token": "major page faults per token since serving began",

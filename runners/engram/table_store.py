@@ -440,7 +440,8 @@ class MmapTable(TableStore):
         resident = self._sample()
         return {stats_keys.TABLE_RESIDENT_BYTES: resident,
                 stats_keys.TABLE_RESIDENT_PEAK_BYTES: self._peak if resident is not None else None,
-                stats_keys.TABLE_MAPPING_RSS_BYTES: os_io.mapping_rss_bytes(self._base)}
+                stats_keys.TABLE_MAPPING_RSS_BYTES: os_io.mapping_rss_bytes(
+                    self._base, len(self._map))}
 
     def close(self) -> None:
         self._closed = True

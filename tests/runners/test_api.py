@@ -104,7 +104,7 @@ def test_unavailable_kernel_counters_are_null_not_zero(tmp_path, monkeypatch):
     runtime.start()
     try:
         monkeypatch.setattr(os_io, "PROC_IO", str(tmp_path / "no-proc-io"))
-        monkeypatch.setattr(os_io, "PROC_SMAPS", str(tmp_path / "no-smaps"))
+        monkeypatch.setattr(os_io, "PROC_PAGEMAP", str(tmp_path / "no-pagemap"))
         monkeypatch.setattr(os_io, "_mincore", lambda *args: -1)  # as if ENOSYS
         stats = runtime.stats()
         for name in ("disk_read_bytes", "disk_read_bytes_per_token", "page_hit_rate",

@@ -1,6 +1,6 @@
 """The nvme/mmap page cache as the kernel sees it: budget, LRU, cold and warm starts, scales.
 
-Residency is read with mincore (the kernel's page cache) and /proc/self/smaps (the mapping's
+Residency is read with mincore (the kernel's page cache) and /proc/self/pagemap (the mapping's
 RSS), never from the store's bookkeeping.
 """
 
@@ -143,3 +143,41 @@ def test_missing_pages_are_read_in_parallel_or_by_their_own_faults(tmp_path, pag
             assert os_io.disk_read_bytes() - read >= pages // 2 * 4096
     finally:
         store.close()
+
+
+def _smaps_rss(address: int) -> int:
+    """The Rss line of the mapping that starts at `address` in /proc/self/smaps."""
+    with open("/proc/self/smaps") as f:
+        lines = iter(f)
+        for line in lines:
+            if line.startswith(f"{address:x}-"):
+                for rest in lines:
+                    if rest.startswith("Rss:"):
+                        return int(rest.split()[1]) * 1024
+    raise AssertionError(f"no mapping at {address:x}")
+
+
+def test_a_mappings_rss_is_the_count_smaps_gives(tmp_path):
+    """The mapping's Rss read from pagemap's present bits over its range alone is the Rss
+    that smaps gives for it, as pages are faulted in and dropped."""
+    import mmap
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"\1" * (64 * os_io.PAGE))
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    try:
+        pages = np.frombuffer(mapped, dtype=np.uint8)
+        address = pages.ctypes.data
+        seen = []
+        for touched in (range(0), range(0, 64, 3), range(64)):
+            for page in touched:
+                assert pages[page * os_io.PAGE] == 1  # a fault maps the page
+            seen.append((os_io.mapping_rss_bytes(address, len(mapped)), _smaps_rss(address)))
+        os_io.madvise(address, len(mapped), os_io.MADV_DONTNEED)
+        seen.append((os_io.mapping_rss_bytes(address, len(mapped)), _smaps_rss(address)))
+        assert all(ours == smaps for ours, smaps in seen), seen
+        assert seen[-2][0] == 64 * os_io.PAGE and seen[-1][0] == 0
+        del pages
+    finally:
+        mapped.close()
