@@ -16,11 +16,13 @@ import pytest
 from harness.results.metrics import Targets
 from tests.helpers import run_cli
 
-# C=1 of the default bundled server, short: 2 requests of 64 tokens
-SPARK = ("run", "--device", "spark", "--levels", "1", "--rounds", "2", "--output-tokens", "64",
-         "--no-progress")
+# C=1 of the default bundled server as `run --device spark` runs it (128 tokens in and out),
+# short: 2 requests
+SPARK = ("run", "--device", "spark", "--levels", "1", "--rounds", "2", "--no-progress")
 MARGIN = 1.15  # alone, C=1 passes with at least this TPS over the target
-ALONE_TRIES = 2  # a machine busy with other work starves the server on its own
+# a machine busy with other work starves the server on its own, and a virtual machine its
+# host slows for a while shows no other process: a try that met either is run again
+ALONE_TRIES = 3
 QUIET = 0.15  # other processes' share of the CPU below which the machine counts as quiet
 
 
@@ -61,7 +63,7 @@ def test_two_busy_processes_starve_the_bundled_server_and_alone_nothing_does(tmp
     tries = []
     for i in range(ALONE_TRIES):
         tries.append(_c1(tmp_path / f"alone-{i}.duckdb")[1])
-        if not tries[-1]["server_starved"]:
+        if not tries[-1]["server_starved"] and not _short_of_the_margin(tries[-1]):
             break
     alone = tries[-1]
     if alone["server_starved"]:
@@ -69,5 +71,11 @@ def test_two_busy_processes_starve_the_bundled_server_and_alone_nothing_does(tmp
                     "took " + ", ".join(f"{t['others_cpu_share']:.0%}" for t in tries)
                     + " of its CPU time beside the server alone")
     assert alone["server_cores"] > level["server_cores"], (alone, level)
-    if alone["others_cpu_share"] < QUIET:  # nothing else ran: C=1 passes with margin
-        assert alone["mean_tps"] >= MARGIN * Targets().tps_min, alone
+    # nothing else ran: C=1 passes with margin
+    assert not _short_of_the_margin(alone), [(t["mean_tps"], t["others_cpu_share"]) for t in tries]
+
+
+def _short_of_the_margin(level: dict) -> bool:
+    """Quiet, and short of the TPS margin over the target."""
+    return (level["others_cpu_share"] < QUIET
+            and level["mean_tps"] < MARGIN * Targets().tps_min)
