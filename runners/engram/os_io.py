@@ -93,7 +93,7 @@ def mapping_rss_bytes(address: int, length: int) -> int | None:
     it: 47 of the 73 ms the bundled server's /metrics took on a 2 GiB table)."""
     pages = (length + PAGE - 1) // PAGE
     entries = np.empty(pages, dtype=np.uint64)
-    view = memoryview(entries).cast("B")
+    view = entries.data.cast("B")
     try:
         with open(PROC_PAGEMAP, "rb", buffering=0) as f:
             f.seek(address // PAGE * 8)
